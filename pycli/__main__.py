@@ -1,0 +1,5 @@
+import sys
+
+from pycli.cli import main
+
+sys.exit(main())

@@ -1,0 +1,68 @@
+"""The `pycli` command line: argument parsing only; the work happens in the modules it calls."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from typer._click import exceptions as click_errors  # typer vendors click since 0.20
+
+from pycli import __version__
+from pycli.errors import EXIT_BAD_INPUT, EXIT_FAILED, PycliError
+from pycli.cli_cluster import cluster_app
+
+app = typer.Typer(
+    name="pycli",
+    help="Provision GPU training clusters with Ansible and run distributed PyTorch jobs on them.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+app.add_typer(cluster_app, name="cluster")
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"pycli {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """Provision GPU training clusters with Ansible and run distributed PyTorch jobs on them."""
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"pycli: error: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; every error the user can cause ends as one line on stderr and an exit code."""
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=argv, prog_name="pycli", standalone_mode=False)
+    except click_errors.NoArgsIsHelpError as exc:
+        print(exc.ctx.get_help() if exc.ctx else "", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except click_errors.UsageError as exc:
+        where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
+        return _fail(exc.format_message().replace("\n", " ") + where, EXIT_BAD_INPUT)
+    except click_errors.ClickException as exc:
+        return _fail(exc.format_message().replace("\n", " "), exc.exit_code)
+    except typer.Abort:
+        return _fail("interrupted", 130)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    except PycliError as exc:
+        return _fail(str(exc), exc.exit_code)
+    except OSError as exc:
+        return _fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "), EXIT_FAILED)
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""`pycli cluster ...`: a local cluster of systemd node containers, the test bed of every test."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pycli import local_cluster
+from pycli.local_image import DEFAULT_MIRROR, DEFAULT_SUITE, ImageSpec, ensure_image
+
+cluster_app = typer.Typer(help="A local cluster of systemd node containers (no servers needed).", no_args_is_help=True)
+
+NAME = typer.Option("local", "--name", help="Cluster name: containers, network and inventory are named after it.")
+CA_BUNDLE = typer.Option(
+    None, "--ca-bundle", help="Extra PEM CA bundle to trust inside the nodes (TLS-intercepting proxies).",
+    dir_okay=False,
+)
+MIRROR = typer.Option(DEFAULT_MIRROR, "--mirror", help="Debian mirror for the node image (plain HTTP works behind most proxies).")
+
+
+def _spec(ca_bundle: Path | None, mirror: str) -> ImageSpec:
+    return ImageSpec(suite=DEFAULT_SUITE, mirror=mirror, ca_bundle=ca_bundle)
+
+
+@cluster_app.command("image")
+def image_cmd(ca_bundle: Path | None = CA_BUNDLE, mirror: str = MIRROR) -> None:
+    """Build the Debian 12 node image (debootstrap + docker import); does nothing when it is built."""
+    from pycli.dockerapi import connect
+
+    ensure_image(connect(), _spec(ca_bundle, mirror))
+
+
+@cluster_app.command("up")
+def up_cmd(
+    nodes: int = typer.Option(2, "--nodes", "-n", help="How many nodes."),
+    name: str = NAME,
+    subnet: str | None = typer.Option(None, "--subnet", help="IPv4 subnet of the cluster's network (default: a free /24 of 172.28.0.0/16)."),
+    inventory: Path | None = typer.Option(None, "--inventory", "-i", help="Where to write the inventory (default: inventory/local-NAME.ini)."),
+    ca_bundle: Path | None = CA_BUNDLE,
+    mirror: str = MIRROR,
+) -> None:
+    """Start NODES systemd node containers reachable over SSH and write their inventory."""
+    local_cluster.up(name, nodes, subnet=subnet, image=_spec(ca_bundle, mirror), inventory=inventory)
+
+
+@cluster_app.command("down")
+def down_cmd(name: str = NAME) -> None:
+    """Remove the cluster's containers, network, inventory and keys."""
+    local_cluster.down(name)
+
+
+@cluster_app.command("status")
+def status_cmd(
+    name: str | None = typer.Option(None, "--name", help="Only this cluster (default: all local clusters)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """List local clusters and the state of their nodes."""
+    if name:
+        local_cluster.validate_name(name)
+    rows = local_cluster.status(name)
+    if as_json:
+        print(json.dumps([asdict(r) for r in rows], indent=2))
+        return
+    if not rows:
+        print(f"no local cluster{' named ' + repr(name) if name else ''} is up; start one with 'pycli cluster up'")
+        return
+    table = Table("cluster", "node", "container", "state", "address", "inventory")
+    for row in rows:
+        table.add_row(row.cluster, row.hostname, row.container, row.state, row.address, row.inventory)
+    Console().print(table)

@@ -1,0 +1,34 @@
+"""The errors a user sees: one line each, with the exit code the design names.
+
+Exit codes: 0 ok, 1 failed task or job, 2 bad input, 4 unreachable hosts.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_UNREACHABLE = 4
+
+
+class PycliError(Exception):
+    """An error worth one line to the user; never shown as a traceback."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class BadInput(PycliError):
+    """The user's input (arguments, files, environment) cannot work as given."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class Unreachable(PycliError):
+    """Some hosts could not be reached."""
+
+    exit_code = EXIT_UNREACHABLE

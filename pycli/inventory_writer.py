@@ -1,0 +1,112 @@
+"""The one place that writes inventories: plain, commented INI a person can read and edit.
+
+Every command that produces an inventory (`pycli cluster up`, `pycli inventory new`) renders
+it here, so they all look alike and Ansible's own INI loader reads them back unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pycli.errors import BadInput
+
+NODES_GROUP = "nodes"
+LAUNCHER_GROUP = "launcher"
+
+_PLAIN_VALUE = re.compile(r"^[A-Za-z0-9_./:@%+,~-]+$")
+
+
+@dataclass(frozen=True)
+class HostEntry:
+    """One host line: its inventory name and the variables that differ per host."""
+
+    name: str
+    address: str | None = None
+    port: int | None = None
+    user: str | None = None
+    slots: int | None = None
+    extra: Mapping[str, object] = field(default_factory=dict)
+
+    def variables(self) -> dict[str, object]:
+        found: dict[str, object] = {}
+        if self.address and self.address != self.name:
+            found["ansible_host"] = self.address
+        if self.port is not None:
+            found["ansible_port"] = self.port
+        if self.user:
+            found["ansible_user"] = self.user
+        if self.slots is not None:
+            found["slots"] = self.slots
+        found.update(self.extra)
+        return found
+
+
+def ini_value(value: object) -> str:
+    """A value as Ansible's INI loader reads it back to the same thing."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    text = str(value)
+    if _PLAIN_VALUE.match(text):
+        return text
+    if "'" not in text:
+        return f"'{text}'"
+    if '"' not in text:
+        return f'"{text}"'
+    raise BadInput(f"value {text!r} holds both quote kinds and cannot be written to an INI inventory")
+
+
+def _comment_block(lines: Iterable[str]) -> list[str]:
+    return [f"# {line}".rstrip() for line in lines]
+
+
+def render_inventory(
+    hosts: Iterable[HostEntry],
+    *,
+    group_vars: Mapping[str, object] | None = None,
+    launcher: str | None = None,
+    header: Iterable[str] = (),
+    var_comments: Mapping[str, str] | None = None,
+) -> str:
+    """Render an INI inventory: group `nodes`, optional `launcher`, cluster-wide `[nodes:vars]`."""
+    hosts = list(hosts)
+    var_comments = var_comments or {}
+    out = _comment_block(header)
+    if out:
+        out.append("")
+    out.append("# Every training host. Per-host: ansible_host (address), ansible_port, ansible_user, slots.")
+    out.append(f"[{NODES_GROUP}]")
+    for host in hosts:
+        pairs = " ".join(f"{key}={ini_value(val)}" for key, val in host.variables().items())
+        out.append(f"{host.name} {pairs}".rstrip())
+    if launcher:
+        out += ["", "# Where jobs start (mpirun/horovodrun run here); without it, the first node.", f"[{LAUNCHER_GROUP}]", launcher]
+    if group_vars:
+        out += ["", "# Settings for the whole cluster; a host line's own value wins.", f"[{NODES_GROUP}:vars]"]
+        for key, val in group_vars.items():
+            if key in var_comments:
+                out.append(f"# {var_comments[key]}")
+            out.append(f"{key}={ini_value(val)}")
+    return "\n".join(out) + "\n"
+
+
+def write_text_atomically(path: Path, text: str, *, force: bool = False, mode: int = 0o644) -> None:
+    """Write `text` to `path` in one step; refuse to replace an existing file unless `force`."""
+    if path.exists() and not force:
+        raise BadInput(f"{path} already exists; pass --force to replace it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

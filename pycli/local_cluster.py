@@ -1,0 +1,409 @@
+"""A local cluster: systemd node containers on a dedicated Docker network, reached over SSH.
+
+It gives the same experience as real servers: Ansible connects over real SSH with a
+controller key and checks host keys, which are read from each node through the Docker
+API (a trusted channel) rather than accepted on first use. A failed `up` removes
+everything it made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+import shutil
+import subprocess
+import tarfile
+import io
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+from docker.errors import APIError, NotFound
+from docker.models.containers import Container
+
+from pycli import runner
+from pycli.errors import BadInput, PycliError, Unreachable
+from pycli.inventory_writer import HostEntry, render_inventory, write_text_atomically
+from pycli.local_image import ImageSpec, ensure_image
+from pycli.paths import PROJECT_ROOT, new_run_dir, state_dir
+
+LABEL_CLUSTER = "io.pycli.cluster"
+LABEL_NODE = "io.pycli.node"
+LABEL_INVENTORY = "io.pycli.inventory"
+NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$")
+MAX_NODES = 64
+# Local clusters get a /24 each out of this block, picked from the cluster's name.
+SUBNET_POOL = ipaddress.ip_network("172.28.0.0/16")
+FIRST_NODE_OFFSET = 10
+INVENTORY_HEADER = "pycli local cluster"
+INVENTORY_MARKER = f"# {INVENTORY_HEADER}"
+BOOT_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    hostname: str
+    container: str
+    address: str
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    name: str
+    network: str
+    subnet: ipaddress.IPv4Network
+    nodes: tuple[NodePlan, ...]
+
+
+def validate_name(name: str) -> None:
+    if not NAME_PATTERN.match(name):
+        raise BadInput(
+            f"cluster name {name!r} must be 1-24 lower-case letters, digits or '-', "
+            "starting and ending with a letter or digit"
+        )
+
+
+def validate_node_count(count: int) -> None:
+    if not 1 <= count <= MAX_NODES:
+        raise BadInput(f"--nodes must be between 1 and {MAX_NODES}, got {count}")
+
+
+def default_inventory_path(name: str) -> Path:
+    return PROJECT_ROOT / "inventory" / f"local-{name}.ini"
+
+
+def cluster_state_dir(name: str) -> Path:
+    return state_dir() / "clusters" / name
+
+
+def network_name(name: str) -> str:
+    return f"pycli-{name}"
+
+
+def pick_subnet(name: str, taken: list[ipaddress.IPv4Network]) -> ipaddress.IPv4Network:
+    """The first free /24 of the pool, starting at a place fixed by the cluster's name."""
+    blocks = list(SUBNET_POOL.subnets(new_prefix=24))
+    start = int(hashlib.sha256(name.encode()).hexdigest(), 16) % len(blocks)
+    for i in range(len(blocks)):
+        block = blocks[(start + i) % len(blocks)]
+        if not any(block.overlaps(other) for other in taken):
+            return block
+    raise PycliError(f"no free /24 left in {SUBNET_POOL} for a new local cluster; pass --subnet")
+
+
+def plan_cluster(name: str, count: int, subnet: ipaddress.IPv4Network) -> ClusterPlan:
+    """Names and addresses of every node: pure, so it can be checked before anything is made."""
+    validate_name(name)
+    validate_node_count(count)
+    if subnet.num_addresses < FIRST_NODE_OFFSET + count + 2:
+        raise BadInput(f"subnet {subnet} is too small for {count} nodes")
+    hosts = list(subnet.hosts())
+    nodes = tuple(
+        NodePlan(hostname=f"node{i}", container=f"pycli-{name}-node{i}", address=str(hosts[FIRST_NODE_OFFSET + i - 1]))
+        for i in range(1, count + 1)
+    )
+    return ClusterPlan(name=name, network=network_name(name), subnet=subnet, nodes=nodes)
+
+
+def render_local_inventory(plan: ClusterPlan, key: Path, known_hosts: Path) -> str:
+    return render_inventory(
+        [HostEntry(name=node.hostname, address=node.address) for node in plan.nodes],
+        header=[
+            f"{INVENTORY_HEADER} {plan.name!r}: {len(plan.nodes)} systemd node containers on",
+            f"docker network {plan.network} ({plan.subnet}). Written by 'pycli cluster up';",
+            f"'pycli cluster down --name {plan.name}' removes the nodes and this file.",
+            "Ansible reaches the nodes over real SSH as root with this cluster's own key; the",
+            "host keys were read from each node through the Docker API and are always checked.",
+        ],
+        group_vars={
+            "ansible_user": "root",
+            "ansible_port": 22,
+            "ansible_ssh_private_key_file": str(key),
+            "ansible_ssh_common_args": f"-o UserKnownHostsFile={known_hosts}",
+            "slots": 1,
+            "pycli_local_cluster": plan.name,
+        },
+        var_comments={
+            "ansible_ssh_common_args": "Host keys of every node, by name and address.",
+            "slots": "Processes per node: these nodes have no GPU.",
+        },
+    )
+
+
+def _cluster_containers(client: docker.DockerClient, name: str) -> list[Container]:
+    found = client.containers.list(all=True, filters={"label": f"{LABEL_CLUSTER}={name}"})
+    return sorted(found, key=lambda c: _node_order(c.labels.get(LABEL_NODE, "")))
+
+
+def _node_order(hostname: str) -> tuple[int, str]:
+    digits = re.sub(r"\D", "", hostname)
+    return (int(digits) if digits else 0, hostname)
+
+
+def _taken_subnets(client: docker.DockerClient) -> list[ipaddress.IPv4Network]:
+    taken = []
+    for net in client.networks.list():
+        for conf in (net.attrs.get("IPAM") or {}).get("Config") or []:
+            try:
+                taken.append(ipaddress.ip_network(conf.get("Subnet", ""), strict=False))
+            except ValueError:
+                continue
+    return [n for n in taken if n.version == 4]
+
+
+def _ensure_keypair(directory: Path, name: str) -> Path:
+    key = directory / "id_ed25519"
+    if not key.exists():
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"pycli-local-{name}", "-f", str(key)],
+            check=True,
+        )
+    return key
+
+
+def _exec(container: Container, *argv: str) -> tuple[int, str]:
+    code, output = container.exec_run(list(argv))
+    return code, output.decode(errors="replace").strip()
+
+
+def _wait_booted(container: Container, hostname: str) -> None:
+    """Wait until systemd has finished booting and sshd has its host keys."""
+    deadline = time.monotonic() + BOOT_TIMEOUT_S
+    state = "unknown"
+    while time.monotonic() < deadline:
+        container.reload()
+        if container.status != "running":
+            raise PycliError(f"node {hostname} stopped while booting: {container.logs(tail=3).decode(errors='replace')}")
+        code, state = _exec(container, "systemctl", "is-system-running")
+        if state in ("running", "degraded"):
+            ok, _ = _exec(container, "systemctl", "is-active", "ssh")
+            if ok == 0:
+                return
+        time.sleep(1)
+    raise PycliError(f"node {hostname} did not finish booting within {BOOT_TIMEOUT_S} s (systemd says {state!r})")
+
+
+def _host_keys(container: Container, hostname: str) -> list[str]:
+    code, out = _exec(container, "sh", "-c", "cat /etc/ssh/ssh_host_*_key.pub")
+    keys = [line.split()[:2] for line in out.splitlines() if line.strip()]
+    if code != 0 or not keys:
+        raise PycliError(f"node {hostname} has no SSH host keys: {out}")
+    return [" ".join(k) for k in keys]
+
+
+def _install_authorized_key(container: Container, public_key: str) -> None:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        folder = tarfile.TarInfo(".ssh")
+        folder.type, folder.mode = tarfile.DIRTYPE, 0o700
+        tar.addfile(folder)
+        data = (public_key.strip() + "\n").encode()
+        entry = tarfile.TarInfo(".ssh/authorized_keys")
+        entry.size, entry.mode = len(data), 0o600
+        tar.addfile(entry, io.BytesIO(data))
+    if not container.put_archive("/root", buffer.getvalue()):
+        raise PycliError(f"could not install the controller key on {container.name}")
+
+
+def _ping_all(inventory: Path) -> runner.RunResult:
+    request = runner.RunRequest(inventory=inventory, run_dir=new_run_dir("cluster-up"), pattern="nodes", module="ping")
+    return runner.run(request)
+
+
+def up(
+    name: str,
+    count: int,
+    *,
+    subnet: str | None = None,
+    image: ImageSpec = ImageSpec(),
+    inventory: Path | None = None,
+    say=print,
+) -> Path:
+    """Start the cluster (or find it already up) and return the path of its inventory."""
+    validate_name(name)
+    validate_node_count(count)
+    inventory = inventory or default_inventory_path(name)
+    from pycli.dockerapi import connect
+
+    client = connect()
+    existing = _cluster_containers(client, name)
+    if existing:
+        running = [c for c in existing if c.status == "running"]
+        recorded = existing[0].labels.get(LABEL_INVENTORY)
+        if len(existing) == count == len(running) and recorded and Path(recorded).exists():
+            say(f"cluster {name!r} is already up ({count} nodes); inventory: {recorded}")
+            return Path(recorded)
+        raise BadInput(
+            f"cluster {name!r} already exists with {len(running)} of {len(existing)} nodes running; "
+            f"run 'pycli cluster down --name {name}' first, or choose another --name"
+        )
+    if inventory.exists() and INVENTORY_MARKER not in inventory.read_text(errors="replace"):
+        raise BadInput(f"{inventory} exists and was not written by pycli; pass another --inventory")
+    try:
+        client.networks.get(network_name(name))
+        raise BadInput(f"docker network {network_name(name)} already exists; remove it or choose another --name")
+    except NotFound:
+        pass
+    if subnet:
+        try:
+            chosen = ipaddress.ip_network(subnet)
+        except ValueError as exc:
+            raise BadInput(f"--subnet {subnet!r}: {exc}") from None
+        if any(chosen.overlaps(other) for other in _taken_subnets(client)):
+            raise BadInput(f"--subnet {chosen} overlaps a docker network that exists; choose another")
+    else:
+        chosen = pick_subnet(name, _taken_subnets(client))
+    plan = plan_cluster(name, count, chosen)
+    clashes = [n.container for n in plan.nodes if client.containers.list(all=True, filters={"name": f"^/{n.container}$"})]
+    if clashes:
+        raise BadInput(f"containers already named {', '.join(clashes)} exist; remove them or choose another --name")
+
+    tag = ensure_image(client, image, say=say)
+    secrets = cluster_state_dir(name)
+    made_secrets = not secrets.exists()
+    try:
+        return _create(client, plan, tag, secrets, inventory, say)
+    except BaseException:
+        say(f"cluster {name!r} did not come up; removing what was made")
+        _remove(client, name, inventory, secrets if made_secrets else None)
+        raise
+
+
+def _create(client, plan: ClusterPlan, tag: str, secrets: Path, inventory: Path, say) -> Path:
+    started = time.monotonic()
+    key = _ensure_keypair(secrets, plan.name)
+    labels = {LABEL_CLUSTER: plan.name}
+    gateway = str(next(plan.subnet.hosts()))
+    client.networks.create(
+        plan.network,
+        driver="bridge",
+        ipam=docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=str(plan.subnet), gateway=gateway)]),
+        labels=labels,
+    )
+    say(f"network {plan.network} ({plan.subnet}); starting {len(plan.nodes)} nodes from {tag}")
+    containers: list[tuple[NodePlan, Container]] = []
+    for node in plan.nodes:
+        host_config = client.api.create_host_config(
+            cap_add=["SYS_ADMIN"],
+            binds=["/sys/fs/cgroup:/sys/fs/cgroup:rw"],
+            cgroupns="host",
+            tmpfs={"/run": "", "/run/lock": ""},
+            # Docker inside a node needs a non-overlay /var/lib/docker.
+            mounts=[docker.types.Mount(target="/var/lib/docker", source=None, type="volume")],
+        )
+        networking = client.api.create_networking_config(
+            {plan.network: client.api.create_endpoint_config(ipv4_address=node.address, aliases=[node.hostname])}
+        )
+        created = client.api.create_container(
+            tag,
+            name=node.container,
+            hostname=node.hostname,
+            labels={**labels, LABEL_NODE: node.hostname, LABEL_INVENTORY: str(inventory.resolve())},
+            host_config=host_config,
+            networking_config=networking,
+            stop_signal="SIGRTMIN+3",
+            detach=True,
+        )
+        container = client.containers.get(created["Id"])
+        container.start()
+        containers.append((node, container))
+
+    known_hosts_lines = []
+    public_key = key.with_suffix(".pub").read_text()
+    for node, container in containers:
+        _wait_booted(container, node.hostname)
+        _install_authorized_key(container, public_key)
+        for host_key in _host_keys(container, node.hostname):
+            known_hosts_lines.append(f"{node.hostname},{node.address} {host_key}")
+    known_hosts = secrets / "known_hosts"
+    write_text_atomically(known_hosts, "\n".join(known_hosts_lines) + "\n", force=True, mode=0o600)
+    write_text_atomically(inventory, render_local_inventory(plan, key, known_hosts), force=True)
+
+    result = _ping_all(inventory)
+    missing = [n.hostname for n in plan.nodes if n.hostname not in result.hosts or result.hosts[n.hostname].ok == 0]
+    if missing:
+        detail = "; ".join(f"{h}: {' '.join(result.hosts[h].messages)}" for h in missing if h in result.hosts)
+        raise Unreachable(f"Ansible could not reach {', '.join(missing)} over SSH ({detail or 'no answer'}); see {result.run_dir}")
+    say(f"cluster {plan.name!r} is up in {time.monotonic() - started:.0f} s: "
+        f"{', '.join(n.hostname for n in plan.nodes)} answer Ansible over SSH; inventory: {inventory}")
+    return inventory
+
+
+def _remove(client: docker.DockerClient, name: str, inventory: Path | None, secrets: Path | None) -> list[str]:
+    removed = []
+    for container in _cluster_containers(client, name):
+        recorded = container.labels.get(LABEL_INVENTORY)
+        if recorded and inventory is None:
+            inventory = Path(recorded)
+        container.remove(force=True, v=True)
+        removed.append(container.name)
+    for net in client.networks.list(filters={"label": f"{LABEL_CLUSTER}={name}"}):
+        try:
+            net.remove()
+        except (NotFound, APIError):
+            pass
+    if inventory and inventory.exists() and INVENTORY_MARKER in inventory.read_text(errors="replace"):
+        inventory.unlink()
+    if secrets and secrets.exists():
+        shutil.rmtree(secrets)
+    return removed
+
+
+def down(name: str, *, say=print) -> None:
+    validate_name(name)
+    from pycli.dockerapi import connect
+
+    client = connect()
+    had_network = bool(client.networks.list(filters={"label": f"{LABEL_CLUSTER}={name}"}))
+    removed = _remove(client, name, None, cluster_state_dir(name))
+    if removed or had_network:
+        say(f"cluster {name!r} removed ({len(removed)} nodes and network {network_name(name)})")
+    else:
+        say(f"no cluster named {name!r} is up; nothing to remove")
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    cluster: str
+    hostname: str
+    container: str
+    state: str
+    address: str
+    inventory: str
+
+
+def status(name: str | None = None) -> list[NodeStatus]:
+    from pycli.dockerapi import connect
+
+    client = connect()
+    label = f"{LABEL_CLUSTER}={name}" if name else LABEL_CLUSTER
+    rows = []
+    for container in client.containers.list(all=True, filters={"label": label}):
+        networks = container.attrs.get("NetworkSettings", {}).get("Networks", {}) or {}
+        address = next((n.get("IPAddress") for n in networks.values() if n.get("IPAddress")), "")
+        rows.append(
+            NodeStatus(
+                cluster=container.labels[LABEL_CLUSTER],
+                hostname=container.labels.get(LABEL_NODE, ""),
+                container=container.name,
+                state=container.status,
+                address=address or "-",
+                inventory=container.labels.get(LABEL_INVENTORY, ""),
+            )
+        )
+    return sorted(rows, key=lambda r: (r.cluster, _node_order(r.hostname)))
+
+
+def running_clusters() -> dict[str, Path]:
+    """Local clusters whose nodes all run, with their inventories (for commands' defaults)."""
+    clusters: dict[str, list[NodeStatus]] = {}
+    for row in status():
+        clusters.setdefault(row.cluster, []).append(row)
+    return {
+        name: Path(rows[0].inventory)
+        for name, rows in clusters.items()
+        if all(r.state == "running" for r in rows) and rows[0].inventory and Path(rows[0].inventory).exists()
+    }

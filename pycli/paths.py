@@ -1,0 +1,48 @@
+"""Where pycli keeps things: the project's own files, the cache, per-cluster state, run folders."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+
+from pycli.errors import PycliError
+
+# The playbooks and roles travel with the source tree; pycli runs from a checkout
+# (installed editable), so the tree is the package's parent.
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def project_path(*parts: str) -> Path:
+    path = PROJECT_ROOT.joinpath(*parts)
+    if not path.exists():
+        raise PycliError(f"{path} is missing: pycli must run from a full checkout (pip install -e .)")
+    return path
+
+
+def cache_dir() -> Path:
+    """Downloads, wheelhouse and built artifacts, keyed by version and flags ($PYCLI_CACHE)."""
+    return Path(os.environ.get("PYCLI_CACHE") or Path.home() / ".cache" / "pycli")
+
+
+def state_dir() -> Path:
+    """Per-cluster secrets and host keys that must outlive a run ($PYCLI_STATE)."""
+    return Path(os.environ.get("PYCLI_STATE") or Path.home() / ".local" / "state" / "pycli")
+
+
+def runs_dir() -> Path:
+    """Where each command's run folder goes ($PYCLI_RUNS, default ./runs)."""
+    return Path(os.environ.get("PYCLI_RUNS") or Path.cwd() / "runs")
+
+
+def new_run_dir(command: str) -> Path:
+    """A fresh runs/<time>-<command>/ folder for one command's artifacts."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = runs_dir()
+    path = base / f"{stamp}-{command}"
+    suffix = 1
+    while path.exists():
+        suffix += 1
+        path = base / f"{stamp}-{command}-{suffix}"
+    path.mkdir(parents=True)
+    return path

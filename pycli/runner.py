@@ -1,0 +1,162 @@
+"""The one place that calls ansible-runner.
+
+Commands build a `RunRequest` (pure data, unit-tested), and `run()` hands it to
+ansible-runner with the project's ansible.cfg, collecting per-host results from the
+event stream. Artifacts (events as JSON, stdout) stay in the run folder.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pycli.paths import PROJECT_ROOT
+
+HOST_EVENTS = {
+    "runner_on_ok": "ok",
+    "runner_on_failed": "failed",
+    "runner_on_unreachable": "unreachable",
+    "runner_on_skipped": "skipped",
+}
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Everything one ansible-runner call needs; either a module (ad-hoc) or a playbook."""
+
+    inventory: Path
+    run_dir: Path
+    pattern: str = "all"
+    module: str | None = None
+    module_args: str = ""
+    playbook: Path | None = None
+    extravars: Mapping[str, object] = field(default_factory=dict)
+    limit: str | None = None
+    tags: str | None = None
+    skip_tags: str | None = None
+    check: bool = False
+    forks: int | None = None
+    verbosity: int = 0
+
+    def runner_kwargs(self) -> dict[str, object]:
+        """The keyword arguments for ansible_runner.run()."""
+        if (self.module is None) == (self.playbook is None):
+            raise ValueError("a run takes exactly one of module or playbook")
+        cmdline = []
+        if self.check:
+            cmdline.append("--check")
+        if self.tags:
+            cmdline += ["--tags", self.tags]
+        if self.skip_tags:
+            cmdline += ["--skip-tags", self.skip_tags]
+        kwargs: dict[str, object] = {
+            "private_data_dir": str(self.run_dir),
+            "inventory": str(self.inventory.resolve()),
+            "envvars": runner_env(),
+            "quiet": self.verbosity == 0,
+            "verbosity": self.verbosity or None,
+        }
+        if self.module:
+            kwargs.update(module=self.module, module_args=self.module_args, host_pattern=self.pattern)
+        else:
+            kwargs.update(playbook=str(self.playbook.resolve()), project_dir=str(PROJECT_ROOT))
+        if self.extravars:
+            kwargs["extravars"] = dict(self.extravars)
+        if self.limit:
+            kwargs["limit"] = self.limit
+        if self.forks:
+            kwargs["forks"] = self.forks
+        if cmdline:
+            kwargs["cmdline"] = " ".join(cmdline)
+        return {key: value for key, value in kwargs.items() if value is not None}
+
+
+def runner_env() -> dict[str, str]:
+    """Environment for Ansible: the project's config, and this interpreter's tools on PATH."""
+    tools = str(Path(sys.executable).parent)
+    return {
+        "ANSIBLE_CONFIG": str(PROJECT_ROOT / "ansible.cfg"),
+        "ANSIBLE_ROLES_PATH": str(PROJECT_ROOT / "roles"),
+        "PATH": tools + os.pathsep + os.environ.get("PATH", ""),
+        "ANSIBLE_FORCE_COLOR": "0",
+    }
+
+
+@dataclass
+class HostResult:
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    unreachable: bool = False
+    messages: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RunResult:
+    status: str
+    rc: int
+    run_dir: Path
+    hosts: dict[str, HostResult]
+
+    @property
+    def unreachable(self) -> list[str]:
+        return sorted(name for name, res in self.hosts.items() if res.unreachable)
+
+    @property
+    def failed(self) -> list[str]:
+        return sorted(name for name, res in self.hosts.items() if res.failed)
+
+
+def _message(event_data: Mapping[str, object]) -> str:
+    res = event_data.get("res") or {}
+    if isinstance(res, Mapping):
+        text = res.get("msg") or res.get("stderr") or res.get("module_stderr") or ""
+    else:
+        text = str(res)
+    task = event_data.get("task") or ""
+    return f"{task}: {str(text).strip().splitlines()[0] if str(text).strip() else 'failed'}" if task else str(text)
+
+
+def collect_host_event(hosts: dict[str, HostResult], event: Mapping[str, object]) -> None:
+    """Fold one ansible-runner event into the per-host results."""
+    kind = HOST_EVENTS.get(str(event.get("event")))
+    data = event.get("event_data") or {}
+    host = data.get("host") if isinstance(data, Mapping) else None
+    if not kind or not host:
+        return
+    result = hosts.setdefault(str(host), HostResult())
+    res = data.get("res") or {}
+    if kind == "ok":
+        result.ok += 1
+        if isinstance(res, Mapping) and res.get("changed"):
+            result.changed += 1
+    elif kind == "skipped":
+        result.skipped += 1
+    elif kind == "failed":
+        if not data.get("ignore_errors"):
+            result.failed += 1
+            result.messages.append(_message(data))
+    elif kind == "unreachable":
+        result.unreachable = True
+        result.messages.append(_message(data))
+
+
+def run(request: RunRequest, on_event: Callable[[Mapping[str, object]], None] | None = None) -> RunResult:
+    """Run the request through ansible-runner and return what happened on each host."""
+    import ansible_runner  # slow to import; only commands that run Ansible pay for it
+
+    request.run_dir.mkdir(parents=True, exist_ok=True)
+    hosts: dict[str, HostResult] = {}
+
+    def handler(event: Mapping[str, object]) -> bool:
+        collect_host_event(hosts, event)
+        if on_event:
+            on_event(event)
+        return True
+
+    outcome = ansible_runner.run(event_handler=handler, **request.runner_kwargs())
+    return RunResult(status=outcome.status, rc=outcome.rc, run_dir=request.run_dir, hosts=hosts)

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Make this machine able to run a local pycli cluster: a Docker engine that answers,
+# and debootstrap to build node images. Installs what is missing (Debian/Ubuntu, root),
+# starts dockerd when nothing answers, and says what it did. Safe to run again.
+set -euo pipefail
+
+say() { printf 'host-prereqs: %s\n' "$*"; }
+die() { printf 'host-prereqs: error: %s\n' "$*" >&2; exit 2; }
+
+need_root() {
+    [ "$(id -u)" -eq 0 ] || die "$1 needs root: run 'sudo $0'"
+}
+
+apt_updated=0
+apt_install() {
+    need_root "installing $*"
+    command -v apt-get >/dev/null || die "no apt-get here: install $* by hand"
+    if [ "$apt_updated" -eq 0 ]; then
+        apt-get update -qq
+        apt_updated=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+    say "installed $*"
+}
+
+docker_answers() { docker info >/dev/null 2>&1; }
+
+# dockerd from a distribution package; the docker CLI alone (no engine) is common.
+if ! command -v dockerd >/dev/null; then
+    apt_install docker.io
+else
+    say "dockerd present ($(dockerd --version 2>/dev/null | head -1))"
+fi
+
+if ! command -v debootstrap >/dev/null; then
+    apt_install debootstrap
+else
+    say "debootstrap present"
+fi
+
+if docker_answers; then
+    say "docker engine answers ($(docker version --format '{{.Server.Version}}' 2>/dev/null))"
+    exit 0
+fi
+
+need_root "starting dockerd"
+if command -v systemctl >/dev/null && [ "$(cat /proc/1/comm 2>/dev/null)" = systemd ]; then
+    systemctl start docker && say "started docker.service"
+else
+    # No init system to ask (a container or a CI sandbox): start the daemon ourselves.
+    log=/var/log/pycli-dockerd.log
+    nohup setsid dockerd >"$log" 2>&1 </dev/null &
+    say "started dockerd in the background (pid $!, log $log)"
+fi
+
+for _ in $(seq 1 60); do
+    docker_answers && { say "docker engine answers ($(docker version --format '{{.Server.Version}}'))"; exit 0; }
+    sleep 1
+done
+die "dockerd did not answer within 60 s; see /var/log/pycli-dockerd.log"
