@@ -8,6 +8,7 @@ finds the image and does nothing.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -98,6 +99,18 @@ def ensure_image(client: docker.DockerClient, spec: ImageSpec, *, say=print) -> 
         say(f"node image {spec.tag} is already built")
         return spec.tag
     _check_can_build()
+    locks = cache_dir() / "images"
+    locks.mkdir(parents=True, exist_ok=True)
+    # Builds share debootstrap's package cache: one builds at a time, the others wait.
+    with open(locks / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if image_exists(client, spec):
+            say(f"node image {spec.tag} was built meanwhile")
+            return spec.tag
+        return _build(client, spec, say)
+
+
+def _build(client: docker.DockerClient, spec: ImageSpec, say) -> str:
     started = time.monotonic()
     work = cache_dir() / "images" / f"build-{spec.key()}"
     rootfs = work / "rootfs"

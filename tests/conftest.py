@@ -8,6 +8,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PYCLI = [sys.executable, "-m", "pycli"]
+# Every test cluster trusts this machine's CA bundle (pip behind a TLS-intercepting proxy),
+# and all share one node image.
+TEST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 
 def run_pycli(*args: str, check: bool = False, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_pycli
+from tests.conftest import TEST_CA_BUNDLE, run_pycli
 
 CLUSTER = "pytest"
 
@@ -40,7 +40,7 @@ def local_cluster(docker_engine, tmp_path_factory) -> Path:
         run_pycli("cluster", "down", "--name", CLUSTER, check=True)
     run_pycli(
         "cluster", "up", "--name", CLUSTER, "--nodes", "2", "--inventory", str(inventory),
-        "--ca-bundle", "/etc/ssl/certs/ca-certificates.crt", check=True,
+        "--ca-bundle", TEST_CA_BUNDLE, check=True,
     )
     yield inventory
     if not os.environ.get("PYCLI_KEEP_TEST_CLUSTER"):

@@ -1,0 +1,104 @@
+"""A real local cluster: nodes reached over real SSH with host keys checked, and a clean down."""
+
+import json
+import subprocess
+
+import docker
+import pytest
+
+from pycli import runner
+from pycli.local_cluster import LABEL_CLUSTER
+from tests.conftest import TEST_CA_BUNDLE, run_pycli
+from tests.integration.conftest import CLUSTER
+
+pytestmark = pytest.mark.integration
+
+
+def _vars(inventory):
+    text = inventory.read_text()
+    key = text.split("ansible_ssh_private_key_file=")[1].split()[0]
+    known_hosts = text.split("UserKnownHostsFile=")[1].split("'")[0]
+    address = text.split("node1 ansible_host=")[1].split()[0]
+    return key, known_hosts, address
+
+
+def test_every_node_answers_ansible_over_ssh(local_cluster, tmp_path):
+    result = runner.run(runner.RunRequest(inventory=local_cluster, run_dir=tmp_path / "run", pattern="nodes", module="ping"))
+    assert result.status == "successful", result.hosts
+    assert sorted(result.hosts) == ["node1", "node2"]
+    assert all(h.ok == 1 and not h.unreachable for h in result.hosts.values())
+
+
+def test_node1_resolves_node2_by_name(local_cluster, tmp_path):
+    result = runner.run(
+        runner.RunRequest(
+            inventory=local_cluster, run_dir=tmp_path / "run", pattern="node1",
+            module="command", module_args="getent hosts node2",
+        )
+    )
+    assert result.status == "successful", result.hosts["node1"].messages
+    events = (tmp_path / "run" / "artifacts").rglob("job_events/*.json")
+    outputs = [json.loads(p.read_text()).get("event_data", {}).get("res", {}).get("stdout", "") for p in events]
+    assert any("node2" in out for out in outputs)
+
+
+def test_host_keys_are_checked_not_trusted_on_first_use(local_cluster, tmp_path):
+    key, known_hosts, address = _vars(local_cluster)
+    base = ["ssh", "-i", key, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=10"]
+    ok = subprocess.run([*base, "-o", f"UserKnownHostsFile={known_hosts}", f"root@{address}", "hostname"],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0 and ok.stdout.strip() == "node1", ok.stderr
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    refused = subprocess.run([*base, "-o", f"UserKnownHostsFile={empty}", f"root@{address}", "hostname"],
+                             capture_output=True, text=True)
+    assert refused.returncode != 0 and "Host key verification failed" in refused.stderr
+
+
+def test_second_up_of_the_same_cluster_says_it_is_already_up(local_cluster):
+    proc = run_pycli("cluster", "up", "--name", CLUSTER, "--nodes", "2", "--inventory", str(local_cluster))
+    assert proc.returncode == 0, proc.stderr
+    assert "already up" in proc.stdout
+
+
+def test_up_with_another_node_count_is_a_clash_and_changes_nothing(local_cluster):
+    before = local_cluster.read_text()
+    proc = run_pycli("cluster", "up", "--name", CLUSTER, "--nodes", "3")
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "already exists" in proc.stderr and "Traceback" not in proc.stderr
+    assert local_cluster.read_text() == before
+    assert len(docker.from_env().containers.list(filters={"label": f"{LABEL_CLUSTER}={CLUSTER}"})) == 2
+
+
+def test_an_overlapping_subnet_is_refused_before_anything_is_made(local_cluster):
+    taken = docker.from_env().networks.get(f"pycli-{CLUSTER}").attrs["IPAM"]["Config"][0]["Subnet"]
+    proc = run_pycli("cluster", "up", "--name", "pytest-overlap", "--nodes", "1", "--subnet", taken,
+                     "--ca-bundle", TEST_CA_BUNDLE)
+    assert proc.returncode == 2 and "overlaps" in proc.stderr and proc.stderr.count("\n") == 1
+    assert not docker.from_env().containers.list(all=True, filters={"label": f"{LABEL_CLUSTER}=pytest-overlap"})
+
+
+def test_docker_unreachable_is_one_line_exit_2_and_makes_nothing(docker_engine, tmp_path):
+    inventory = tmp_path / "never.ini"
+    proc = run_pycli("cluster", "up", "--name", "pytest-nodocker", "--nodes", "1", "--inventory", str(inventory),
+                     env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("pycli: error: cannot reach the Docker engine") and proc.stderr.count("\n") == 1
+    assert "host-prereqs.sh" in proc.stderr
+    assert not inventory.exists()
+
+
+def test_down_removes_containers_network_inventory_and_keys(docker_engine, tmp_path):
+    name = "pytest-down"
+    inventory = tmp_path / "down.ini"
+    client = docker.from_env()
+    run_pycli("cluster", "up", "--name", name, "--nodes", "1", "--inventory", str(inventory),
+              "--ca-bundle", TEST_CA_BUNDLE, check=True)
+    assert inventory.exists()
+    assert client.networks.list(names=[f"pycli-{name}"])
+    run_pycli("cluster", "down", "--name", name, check=True)
+    assert not client.containers.list(all=True, filters={"label": f"{LABEL_CLUSTER}={name}"})
+    assert not client.networks.list(names=[f"pycli-{name}"])
+    assert not inventory.exists()
+    again = run_pycli("cluster", "down", "--name", name, check=True)
+    assert "nothing to remove" in again.stdout

@@ -1,0 +1,30 @@
+"""Bad input ends in one line on stderr and exit 2, never a traceback."""
+
+import pytest
+
+from pycli.cli import main
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["cluster", "up", "--nodes", "0"], "--nodes must be between 1 and 64"),
+        (["cluster", "up", "--nodes", "two"], "Invalid value for '--nodes'"),
+        (["cluster", "up", "--name", "Bad_Name"], "cluster name 'Bad_Name'"),
+        (["cluster", "up", "--bogus"], "No such option: --bogus"),
+        (["cluster", "down", "--name", "x_y"], "cluster name"),
+        (["cluster", "image", "--ca-bundle", "/nonexistent.pem"], "cannot read CA bundle"),
+        (["no-such-command"], "No such command"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.startswith("pycli: error: ") and err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("pycli ")

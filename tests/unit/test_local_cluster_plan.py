@@ -1,0 +1,88 @@
+"""The pure parts of the local cluster: names, addresses, subnets, the inventory it writes."""
+
+import ipaddress
+from pathlib import Path
+
+import pytest
+
+from pycli.errors import BadInput
+from pycli.local_cluster import (
+    INVENTORY_MARKER,
+    SUBNET_POOL,
+    pick_subnet,
+    plan_cluster,
+    render_local_inventory,
+    validate_name,
+)
+
+
+def test_plan_gives_each_node_a_unique_name_container_and_address():
+    plan = plan_cluster("demo", 3, ipaddress.ip_network("172.28.7.0/24"))
+    assert [n.hostname for n in plan.nodes] == ["node1", "node2", "node3"]
+    assert [n.container for n in plan.nodes] == ["pycli-demo-node1", "pycli-demo-node2", "pycli-demo-node3"]
+    assert [n.address for n in plan.nodes] == ["172.28.7.11", "172.28.7.12", "172.28.7.13"]
+    assert plan.network == "pycli-demo"
+
+
+@pytest.mark.parametrize("count", [0, -1, 65])
+def test_plan_refuses_node_counts_out_of_range(count):
+    with pytest.raises(BadInput, match="--nodes must be between 1 and 64"):
+        plan_cluster("demo", count, ipaddress.ip_network("172.28.7.0/24"))
+
+
+def test_plan_refuses_a_subnet_too_small_for_the_nodes():
+    with pytest.raises(BadInput, match="too small"):
+        plan_cluster("demo", 8, ipaddress.ip_network("172.28.7.0/28"))
+
+
+@pytest.mark.parametrize("name", ["", "Demo", "a_b", "-a", "a-", "x" * 25, "a.b"])
+def test_names_that_cannot_name_containers_and_networks_are_refused(name):
+    with pytest.raises(BadInput, match="cluster name"):
+        validate_name(name)
+
+
+@pytest.mark.parametrize("name", ["a", "demo", "ci-42", "x" * 24])
+def test_good_names_pass(name):
+    validate_name(name)
+
+
+def test_subnet_is_stable_for_a_name_and_inside_the_pool():
+    first = pick_subnet("demo", [])
+    assert first == pick_subnet("demo", [])
+    assert first.subnet_of(SUBNET_POOL) and first.prefixlen == 24
+
+
+def test_subnet_skips_blocks_that_overlap_existing_networks():
+    first = pick_subnet("demo", [])
+    again = pick_subnet("demo", [first, ipaddress.ip_network("10.0.0.0/8")])
+    assert again != first and not again.overlaps(first)
+
+
+def test_subnet_pool_exhausted_is_an_error():
+    from pycli.errors import PycliError
+
+    with pytest.raises(PycliError, match="no free /24"):
+        pick_subnet("demo", [SUBNET_POOL])
+
+
+def test_inventory_reads_back_through_ansible(tmp_path):
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    plan = plan_cluster("demo", 2, ipaddress.ip_network("172.28.7.0/24"))
+    text = render_local_inventory(plan, Path("/keys/id_ed25519"), Path("/keys/known hosts"))
+    assert text.startswith(INVENTORY_MARKER)
+    path = tmp_path / "local-demo.ini"
+    path.write_text(text)
+    inventory = InventoryManager(loader=DataLoader(), sources=[str(path)])
+    hosts = inventory.get_groups_dict()["nodes"]
+    assert hosts == ["node1", "node2"]
+    node2 = inventory.get_host("node2")
+    merged = {**inventory.groups["nodes"].get_vars(), **node2.get_vars()}
+    assert merged["ansible_host"] == "172.28.7.12"
+    assert merged["ansible_user"] == "root"
+    assert merged["ansible_port"] == 22
+    assert merged["slots"] == 1
+    # A path with a space survives quoting, and host keys are never switched off.
+    assert merged["ansible_ssh_common_args"] == "-o UserKnownHostsFile=/keys/known hosts"
+    assert "StrictHostKeyChecking" not in text

@@ -1,0 +1,52 @@
+"""The pure half of the ansible-runner adapter: requests in, runner arguments and results out."""
+
+from pathlib import Path
+
+import pytest
+
+from pycli.paths import PROJECT_ROOT
+from pycli.runner import HostResult, RunRequest, collect_host_event
+
+
+def test_adhoc_request_names_module_pattern_and_project_config(tmp_path):
+    kwargs = RunRequest(inventory=tmp_path / "hosts.ini", run_dir=tmp_path / "run", pattern="nodes", module="ping").runner_kwargs()
+    assert kwargs["module"] == "ping" and kwargs["host_pattern"] == "nodes"
+    assert kwargs["inventory"] == str((tmp_path / "hosts.ini").resolve())
+    assert kwargs["envvars"]["ANSIBLE_CONFIG"] == str(PROJECT_ROOT / "ansible.cfg")
+    assert "playbook" not in kwargs and "cmdline" not in kwargs
+
+
+def test_playbook_request_carries_limit_tags_check_and_vars(tmp_path):
+    request = RunRequest(
+        inventory=tmp_path / "hosts.ini", run_dir=tmp_path / "run", playbook=Path("playbooks/site.yml"),
+        limit="node1", tags="openmpi,horovod", skip_tags="docker", check=True, forks=10, extravars={"a": 1},
+    )
+    kwargs = request.runner_kwargs()
+    assert kwargs["playbook"].endswith("playbooks/site.yml")
+    assert kwargs["limit"] == "node1" and kwargs["forks"] == 10 and kwargs["extravars"] == {"a": 1}
+    assert kwargs["cmdline"] == "--check --tags openmpi,horovod --skip-tags docker"
+
+
+def test_request_needs_exactly_one_of_module_and_playbook(tmp_path):
+    with pytest.raises(ValueError):
+        RunRequest(inventory=tmp_path, run_dir=tmp_path).runner_kwargs()
+    with pytest.raises(ValueError):
+        RunRequest(inventory=tmp_path, run_dir=tmp_path, module="ping", playbook=Path("x.yml")).runner_kwargs()
+
+
+def _event(kind, host, **data):
+    return {"event": kind, "event_data": {"host": host, "task": "install openmpi", **data}}
+
+
+def test_events_fold_into_per_host_counts_and_messages():
+    hosts: dict[str, HostResult] = {}
+    collect_host_event(hosts, _event("runner_on_ok", "n1", res={"changed": True}))
+    collect_host_event(hosts, _event("runner_on_ok", "n1", res={"changed": False}))
+    collect_host_event(hosts, _event("runner_on_skipped", "n1"))
+    collect_host_event(hosts, _event("runner_on_failed", "n2", res={"msg": "make failed\nmore"}))
+    collect_host_event(hosts, _event("runner_on_failed", "n2", res={"msg": "tolerated"}, ignore_errors=True))
+    collect_host_event(hosts, _event("runner_on_unreachable", "n3", res={"msg": "ssh: connect refused"}))
+    collect_host_event(hosts, {"event": "playbook_on_start", "event_data": {}})
+    assert (hosts["n1"].ok, hosts["n1"].changed, hosts["n1"].skipped) == (2, 1, 1)
+    assert hosts["n2"].failed == 1 and hosts["n2"].messages == ["install openmpi: make failed"]
+    assert hosts["n3"].unreachable and "connect refused" in hosts["n3"].messages[0]
