@@ -1,0 +1,112 @@
+"""The training workloads, run for real on this machine's CPU (torch, no Horovod needed)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from pycli.datasets import MNIST_NAMES, digits_dataset, idx_bytes, read_idx_header, split_digits, read_digits
+
+WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
+sys.path.insert(0, str(WORKLOADS))
+
+import trainlib  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory) -> Path:
+    return digits_dataset(tmp_path_factory.mktemp("cache"))
+
+
+def test_idx_written_by_pycli_reads_back_in_the_workload(tmp_path):
+    data = bytes(range(24))
+    path = tmp_path / "x-idx3-ubyte"
+    path.write_bytes(idx_bytes((2, 3, 4), data))
+    assert read_idx_header(path.read_bytes()) == (2, 3, 4)
+    tensor = trainlib.read_idx(path)
+    assert tensor.shape == (2, 3, 4) and tensor.flatten().tolist() == list(data)
+
+
+def test_truncated_idx_is_a_clear_error(tmp_path):
+    path = tmp_path / "bad"
+    path.write_bytes(idx_bytes((2, 2), bytes(4))[:-1])
+    with pytest.raises(trainlib.WorkloadError, match="header says 4"):
+        trainlib.read_idx(path)
+
+
+def test_digits_dataset_is_all_the_real_samples_split_without_overlap(digits):
+    rows = read_digits()
+    assert len(rows) == 1797 and {label for _, label in rows} == set(range(10))
+    split = split_digits(rows)
+    assert len(split["train"]) + len(split["test"]) == 1797
+    train = trainlib.load_split(digits, "train")
+    test = trainlib.load_split(digits, "test")
+    assert train.tensors[0].shape[1:] == (1, 8, 8) and len(test) == len(split["test"])
+    assert sorted(p.name for p in digits.iterdir()) == sorted(["SHA256SUMS", *MNIST_NAMES["train"], *MNIST_NAMES["test"]])
+
+
+def test_digits_dataset_is_made_once(digits):
+    stamp = (digits / "SHA256SUMS").stat().st_mtime_ns
+    assert digits_dataset(digits.parents[1]) == digits
+    assert (digits / "SHA256SUMS").stat().st_mtime_ns == stamp
+
+
+@pytest.mark.parametrize("size", [8, 28])
+def test_model_takes_digits_of_both_sizes(size):
+    assert trainlib.DigitNet()(torch.zeros(3, 1, size, size)).shape == (3, 10)
+
+
+def _ddp(tmp_path, digits, *extra):
+    cmd = [sys.executable, str(WORKLOADS / "ddp.py"), "--data-dir", str(digits), "--threads", "1", *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+
+
+def test_training_learns_and_resume_reproduces_the_uninterrupted_run(tmp_path, digits):
+    full = _ddp(tmp_path, digits, "--epochs", "3", "--metrics", "full.jsonl", "--checkpoint", "full.pt")
+    assert full.returncode == 0, full.stderr
+    part = _ddp(tmp_path, digits, "--epochs", "2", "--metrics", "part.jsonl", "--checkpoint", "part.pt")
+    assert part.returncode == 0, part.stderr
+    resumed = _ddp(tmp_path, digits, "--epochs", "3", "--resume", "part.pt", "--metrics", "part.jsonl", "--checkpoint", "part.pt")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "from epoch 3" in resumed.stdout
+    straight = [json.loads(line) for line in (tmp_path / "full.jsonl").read_text().splitlines()]
+    pieced = [json.loads(line) for line in (tmp_path / "part.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in pieced] == [1, 2, 3]
+    for a, b in zip(straight, pieced):
+        assert (a["train_loss"], a["val_loss"], a["val_accuracy"]) == (b["train_loss"], b["val_loss"], b["val_accuracy"])
+    assert straight[-1]["train_loss"] < straight[0]["train_loss"]
+    assert straight[-1]["val_accuracy"] > 0.3  # chance is 0.1
+    state = torch.load(tmp_path / "full.pt", weights_only=False)
+    assert state["epoch"] == 3 and {"model", "optimizer", "rng_torch", "rng_python"} <= set(state)
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--epochs", "0"], "--epochs and --batch-size"),
+        (["--resume", "missing.pt"], "checkpoint missing.pt does not exist"),
+    ],
+)
+def test_bad_workload_input_is_one_line_exit_2(tmp_path, digits, args, message):
+    proc = _ddp(tmp_path, digits, *args)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_missing_data_is_one_line_exit_2(tmp_path):
+    proc = _ddp(tmp_path, tmp_path / "nothing")
+    assert proc.returncode == 2 and "has no train-images-idx3-ubyte" in proc.stderr
+
+
+def test_synthetic_benchmark_reports_throughput_with_its_spread(tmp_path):
+    cmd = [sys.executable, str(WORKLOADS / "synthetic.py"), "--comm", "ddp", "--width", "8", "--image-size", "32",
+           "--batch-size", "4", "--num-warmup-batches", "1", "--num-batches-per-iter", "2", "--num-iters", "3",
+           "--threads", "1", "--metrics", "s.jsonl"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "img/s per rank:" in proc.stdout and "±" in proc.stdout
+    record = json.loads((tmp_path / "s.jsonl").read_text())
+    assert record["total_img_per_s"] > 0 and record["img_per_s_per_rank_ci95"] >= 0
