@@ -209,8 +209,8 @@ def _install_authorized_key(container: Container, public_key: str) -> None:
 
 
 def _ping_all(inventory: Path) -> runner.RunResult:
-    request = runner.RunRequest(inventory=inventory, run_dir=new_run_dir("cluster-up"), pattern="nodes", module="ping")
-    return runner.run(request)
+    request = runner.RunRequest(inventory=inventory, pattern="nodes", module="ping")
+    return runner.run(request, new_run_dir("cluster-up"))
 
 
 def up(

@@ -28,7 +28,6 @@ class RunRequest:
     """Everything one ansible-runner call needs; either a module (ad-hoc) or a playbook."""
 
     inventory: Path
-    run_dir: Path
     pattern: str = "all"
     module: str | None = None
     module_args: str = ""
@@ -41,8 +40,8 @@ class RunRequest:
     forks: int | None = None
     verbosity: int = 0
 
-    def runner_kwargs(self) -> dict[str, object]:
-        """The keyword arguments for ansible_runner.run()."""
+    def runner_kwargs(self, run_dir: Path) -> dict[str, object]:
+        """The keyword arguments for ansible_runner.run(), writing artifacts under `run_dir`."""
         if (self.module is None) == (self.playbook is None):
             raise ValueError("a run takes exactly one of module or playbook")
         cmdline = []
@@ -53,7 +52,7 @@ class RunRequest:
         if self.skip_tags:
             cmdline += ["--skip-tags", self.skip_tags]
         kwargs: dict[str, object] = {
-            "private_data_dir": str(self.run_dir),
+            "private_data_dir": str(run_dir),
             "inventory": str(self.inventory.resolve()),
             "envvars": runner_env(),
             "quiet": self.verbosity == 0,
@@ -145,11 +144,20 @@ def collect_host_event(hosts: dict[str, HostResult], event: Mapping[str, object]
         result.messages.append(_message(data))
 
 
-def run(request: RunRequest, on_event: Callable[[Mapping[str, object]], None] | None = None) -> RunResult:
-    """Run the request through ansible-runner and return what happened on each host."""
+def run(
+    request: RunRequest,
+    run_dir: Path,
+    on_event: Callable[[Mapping[str, object]], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> RunResult:
+    """Run the request through ansible-runner and return what happened on each host.
+
+    `cancel` is polled while Ansible runs; when it returns True the run is stopped
+    (status "canceled").
+    """
     import ansible_runner  # slow to import; only commands that run Ansible pay for it
 
-    request.run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
     hosts: dict[str, HostResult] = {}
 
     def handler(event: Mapping[str, object]) -> bool:
@@ -158,5 +166,5 @@ def run(request: RunRequest, on_event: Callable[[Mapping[str, object]], None] | 
             on_event(event)
         return True
 
-    outcome = ansible_runner.run(event_handler=handler, **request.runner_kwargs())
-    return RunResult(status=outcome.status, rc=outcome.rc, run_dir=request.run_dir, hosts=hosts)
+    outcome = ansible_runner.run(event_handler=handler, cancel_callback=cancel, **request.runner_kwargs(run_dir))
+    return RunResult(status=outcome.status, rc=outcome.rc, run_dir=run_dir, hosts=hosts)

@@ -7,7 +7,8 @@ import pytest
 
 from tests.conftest import TEST_CA_BUNDLE, run_pycli
 
-CLUSTER = "pytest"
+# One cluster per test session, so sessions running side by side never share nodes.
+CLUSTER = f"pytest-{os.getpid()}"
 
 
 def _docker_answers() -> bool:
@@ -35,9 +36,6 @@ def local_cluster(docker_engine, tmp_path_factory) -> Path:
     Set PYCLI_KEEP_TEST_CLUSTER=1 to leave it up after the run, to look at it.
     """
     inventory = tmp_path_factory.mktemp("cluster") / f"local-{CLUSTER}.ini"
-    status = run_pycli("cluster", "status", "--name", CLUSTER, "--json", check=True)
-    if '"running"' in status.stdout:
-        run_pycli("cluster", "down", "--name", CLUSTER, check=True)
     run_pycli(
         "cluster", "up", "--name", CLUSTER, "--nodes", "2", "--inventory", str(inventory),
         "--ca-bundle", TEST_CA_BUNDLE, check=True,

@@ -23,7 +23,7 @@ def _vars(inventory):
 
 
 def test_every_node_answers_ansible_over_ssh(local_cluster, tmp_path):
-    result = runner.run(runner.RunRequest(inventory=local_cluster, run_dir=tmp_path / "run", pattern="nodes", module="ping"))
+    result = runner.run(runner.RunRequest(inventory=local_cluster, pattern="nodes", module="ping"), tmp_path / "run")
     assert result.status == "successful", result.hosts
     assert sorted(result.hosts) == ["node1", "node2"]
     assert all(h.ok == 1 and not h.unreachable for h in result.hosts.values())
@@ -31,10 +31,8 @@ def test_every_node_answers_ansible_over_ssh(local_cluster, tmp_path):
 
 def test_node1_resolves_node2_by_name(local_cluster, tmp_path):
     result = runner.run(
-        runner.RunRequest(
-            inventory=local_cluster, run_dir=tmp_path / "run", pattern="node1",
-            module="command", module_args="getent hosts node2",
-        )
+        runner.RunRequest(inventory=local_cluster, pattern="node1", module="command", module_args="getent hosts node2"),
+        tmp_path / "run",
     )
     assert result.status == "successful", result.hosts["node1"].messages
     events = (tmp_path / "run" / "artifacts").rglob("job_events/*.json")
@@ -72,15 +70,15 @@ def test_up_with_another_node_count_is_a_clash_and_changes_nothing(local_cluster
 
 def test_an_overlapping_subnet_is_refused_before_anything_is_made(local_cluster):
     taken = docker.from_env().networks.get(f"pycli-{CLUSTER}").attrs["IPAM"]["Config"][0]["Subnet"]
-    proc = run_pycli("cluster", "up", "--name", "pytest-overlap", "--nodes", "1", "--subnet", taken,
+    proc = run_pycli("cluster", "up", "--name", f"{CLUSTER}-x", "--nodes", "1", "--subnet", taken,
                      "--ca-bundle", TEST_CA_BUNDLE)
     assert proc.returncode == 2 and "overlaps" in proc.stderr and proc.stderr.count("\n") == 1
-    assert not docker.from_env().containers.list(all=True, filters={"label": f"{LABEL_CLUSTER}=pytest-overlap"})
+    assert not docker.from_env().containers.list(all=True, filters={"label": f"{LABEL_CLUSTER}={CLUSTER}-x"})
 
 
 def test_docker_unreachable_is_one_line_exit_2_and_makes_nothing(docker_engine, tmp_path):
     inventory = tmp_path / "never.ini"
-    proc = run_pycli("cluster", "up", "--name", "pytest-nodocker", "--nodes", "1", "--inventory", str(inventory),
+    proc = run_pycli("cluster", "up", "--name", f"{CLUSTER}-n", "--nodes", "1", "--inventory", str(inventory),
                      env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     assert proc.returncode == 2
     assert proc.stderr.startswith("pycli: error: cannot reach the Docker engine") and proc.stderr.count("\n") == 1
@@ -89,7 +87,7 @@ def test_docker_unreachable_is_one_line_exit_2_and_makes_nothing(docker_engine, 
 
 
 def test_down_removes_containers_network_inventory_and_keys(docker_engine, tmp_path):
-    name = "pytest-down"
+    name = f"{CLUSTER}-d"
     inventory = tmp_path / "down.ini"
     client = docker.from_env()
     run_pycli("cluster", "up", "--name", name, "--nodes", "1", "--inventory", str(inventory),

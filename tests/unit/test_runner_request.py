@@ -9,7 +9,8 @@ from pycli.runner import HostResult, RunRequest, collect_host_event
 
 
 def test_adhoc_request_names_module_pattern_and_project_config(tmp_path):
-    kwargs = RunRequest(inventory=tmp_path / "hosts.ini", run_dir=tmp_path / "run", pattern="nodes", module="ping").runner_kwargs()
+    kwargs = RunRequest(inventory=tmp_path / "hosts.ini", pattern="nodes", module="ping").runner_kwargs(tmp_path / "run")
+    assert kwargs["private_data_dir"] == str(tmp_path / "run")
     assert kwargs["module"] == "ping" and kwargs["host_pattern"] == "nodes"
     assert kwargs["inventory"] == str((tmp_path / "hosts.ini").resolve())
     assert kwargs["envvars"]["ANSIBLE_CONFIG"] == str(PROJECT_ROOT / "ansible.cfg")
@@ -18,10 +19,10 @@ def test_adhoc_request_names_module_pattern_and_project_config(tmp_path):
 
 def test_playbook_request_carries_limit_tags_check_and_vars(tmp_path):
     request = RunRequest(
-        inventory=tmp_path / "hosts.ini", run_dir=tmp_path / "run", playbook=Path("playbooks/site.yml"),
+        inventory=tmp_path / "hosts.ini", playbook=Path("playbooks/site.yml"),
         limit="node1", tags="openmpi,horovod", skip_tags="docker", check=True, forks=10, extravars={"a": 1},
     )
-    kwargs = request.runner_kwargs()
+    kwargs = request.runner_kwargs(tmp_path / "run")
     assert kwargs["playbook"].endswith("playbooks/site.yml")
     assert kwargs["limit"] == "node1" and kwargs["forks"] == 10 and kwargs["extravars"] == {"a": 1}
     assert kwargs["cmdline"] == "--check --tags openmpi,horovod --skip-tags docker"
@@ -29,9 +30,9 @@ def test_playbook_request_carries_limit_tags_check_and_vars(tmp_path):
 
 def test_request_needs_exactly_one_of_module_and_playbook(tmp_path):
     with pytest.raises(ValueError):
-        RunRequest(inventory=tmp_path, run_dir=tmp_path).runner_kwargs()
+        RunRequest(inventory=tmp_path).runner_kwargs(tmp_path)
     with pytest.raises(ValueError):
-        RunRequest(inventory=tmp_path, run_dir=tmp_path, module="ping", playbook=Path("x.yml")).runner_kwargs()
+        RunRequest(inventory=tmp_path, module="ping", playbook=Path("x.yml")).runner_kwargs(tmp_path)
 
 
 def _event(kind, host, **data):

@@ -1,0 +1,28 @@
+"""`pycli provision INVENTORY`: every node gets the whole stack (playbooks/site.yml)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from pycli.provision import SITE_PLAYBOOK, provision
+
+
+def provision_cmd(
+    inventory: Path = typer.Argument(..., help="Inventory of the cluster (INI, YAML or a folder)."),
+    limit: str | None = typer.Option(None, "--limit", "-l", help="Only these hosts (an Ansible pattern)."),
+    tags: str | None = typer.Option(None, "--tags", "-t", help="Only these roles/steps (see docs/tags.md)."),
+    skip_tags: str | None = typer.Option(None, "--skip-tags", help="Skip these roles/steps."),
+    check: bool = typer.Option(False, "--check", help="Say what would change, change nothing."),
+    extra_vars: list[str] = typer.Option([], "--extra-vars", "-e", help="key=value or @vars.yml; repeatable."),
+    forks: int | None = typer.Option(None, "--forks", "-f", help="Hosts worked on at once (default: ansible.cfg's)."),
+    verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="Show Ansible's own output (-vv, -vvv: more)."),
+    playbook: Path = typer.Option(SITE_PLAYBOOK, "--playbook", help="Another playbook of this project to apply."),
+) -> None:
+    """Install the whole stack on every node of INVENTORY, with a live per-host view."""
+    code = provision(
+        inventory, playbook=playbook, limit=limit, tags=tags, skip_tags=skip_tags, check=check,
+        extra_vars=extra_vars, forks=forks, verbosity=verbose,
+    )
+    raise typer.Exit(code)

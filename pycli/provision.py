@@ -1,0 +1,240 @@
+"""`pycli provision`: site.yml through the runner adapter, with a live per-host view and a recap.
+
+The request is built by pure functions (tested without Ansible); the view folds runner
+events into per-host state and renders it; `provision()` wires them to `runner.run`.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from pycli import runner
+from pycli.errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, BadInput
+from pycli.paths import PROJECT_ROOT, new_run_dir
+
+SITE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "site.yml"
+EXIT_INTERRUPTED = 130
+
+
+def parse_extra_vars(items: Sequence[str]) -> dict[str, object]:
+    """`-e key=value` (value read as YAML, so `true` and `3` keep their types) or `-e @file.yml`."""
+    found: dict[str, object] = {}
+    for item in items:
+        if item.startswith("@"):
+            path = Path(item[1:])
+            try:
+                loaded = yaml.safe_load(path.read_text())
+            except OSError as exc:
+                raise BadInput(f"-e {item}: cannot read {path}: {exc.strerror}") from None
+            except yaml.YAMLError as exc:
+                raise BadInput(f"-e {item}: {path} is not valid YAML ({str(exc).splitlines()[0]})") from None
+            if not isinstance(loaded, dict):
+                raise BadInput(f"-e {item}: {path} must hold a mapping of variables")
+            found.update(loaded)
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise BadInput(f"-e {item!r}: expected key=value (a variable name, '=', a value) or @file.yml")
+        try:
+            found[key] = yaml.safe_load(value) if value else ""
+        except yaml.YAMLError:
+            found[key] = value
+    return found
+
+
+def build_request(
+    inventory: Path,
+    *,
+    playbook: Path = SITE_PLAYBOOK,
+    limit: str | None = None,
+    tags: str | None = None,
+    skip_tags: str | None = None,
+    check: bool = False,
+    extra_vars: Sequence[str] = (),
+    forks: int | None = None,
+    verbosity: int = 0,
+) -> runner.RunRequest:
+    if forks is not None and forks < 1:
+        raise BadInput(f"--forks must be at least 1, got {forks}")
+    if not playbook.is_file():
+        raise BadInput(f"playbook {playbook} does not exist")
+    return runner.RunRequest(
+        inventory=inventory,
+        playbook=playbook,
+        extravars=parse_extra_vars(extra_vars),
+        limit=limit,
+        tags=tags,
+        skip_tags=skip_tags,
+        check=check,
+        forks=forks,
+        verbosity=verbosity,
+    )
+
+
+@dataclass
+class HostView:
+    task: str = "waiting"
+    started: float | None = None
+    finished: float | None = None
+    result: runner.HostResult = field(default_factory=runner.HostResult)
+
+    def elapsed(self, now: float) -> float:
+        if self.started is None:
+            return 0.0
+        return (self.finished or now) - self.started
+
+
+class ProvisionView:
+    """Per-host state of a playbook run, folded from ansible-runner events."""
+
+    def __init__(self, hosts: Sequence[str], clock=time.monotonic) -> None:
+        self.clock = clock
+        self.hosts: dict[str, HostView] = {name: HostView() for name in hosts}
+        self.play = ""
+        self.notes: list[str] = []  # one line per failure or unreachable host, in order
+
+    def handle(self, event: Mapping[str, object]) -> None:
+        kind = str(event.get("event"))
+        data = event.get("event_data") or {}
+        if not isinstance(data, Mapping):
+            return
+        if kind == "playbook_on_play_start":
+            self.play = str(data.get("play") or "")
+            return
+        host = data.get("host")
+        if not host:
+            return
+        view = self.hosts.setdefault(str(host), HostView())
+        if kind == "runner_on_start":
+            if view.started is None:
+                view.started = self.clock()
+            role = data.get("role")
+            task = str(data.get("task") or "")
+            view.task = f"{role} : {task}" if role and not task.startswith(f"{role} :") else task
+            return
+        before = len(view.result.messages)
+        runner.collect_host_event({str(host): view.result}, event)
+        if len(view.result.messages) > before:
+            self.notes.append(f"{host}: {view.result.messages[-1]}")
+        if view.result.unreachable:
+            view.finished = view.finished or self.clock()
+            view.task = "unreachable"
+
+    def in_progress(self) -> list[str]:
+        """Hosts that had started a task and not finished the play, with that task."""
+        return [
+            f"{name} ({view.task})"
+            for name, view in self.hosts.items()
+            if view.started is not None and view.finished is None and not view.result.unreachable
+        ]
+
+    def finish(self) -> None:
+        now = self.clock()
+        for view in self.hosts.values():
+            if view.started is not None and view.finished is None:
+                view.finished = now
+
+    def table(self, live: bool) -> Table:
+        now = self.clock()
+        title = f"play: {self.play}" if live and self.play else None
+        table = Table("host", "now" if live else "result", "ok", "changed", "failed", "skipped", "elapsed", title=title)
+        for name, view in self.hosts.items():
+            res = view.result
+            state = view.task if live else ("UNREACHABLE" if res.unreachable else "FAILED" if res.failed else "ok")
+            table.add_row(
+                name, state, str(res.ok), str(res.changed), str(res.failed), str(res.skipped),
+                f"{view.elapsed(now):.0f}s",
+            )
+        return table
+
+
+def exit_code(status: str, view: ProvisionView) -> int:
+    if status == "canceled":
+        return EXIT_INTERRUPTED
+    if any(v.result.unreachable for v in view.hosts.values()):
+        return EXIT_UNREACHABLE
+    if status != "successful" or any(v.result.failed for v in view.hosts.values()):
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def provision(
+    inventory: Path,
+    *,
+    playbook: Path = SITE_PLAYBOOK,
+    limit: str | None = None,
+    tags: str | None = None,
+    skip_tags: str | None = None,
+    check: bool = False,
+    extra_vars: Sequence[str] = (),
+    forks: int | None = None,
+    verbosity: int = 0,
+    console: Console | None = None,
+) -> int:
+    """Apply the playbook to the inventory's nodes; return the exit code the design names."""
+    from pycli.cluster_model import load_cluster
+
+    console = console or Console(soft_wrap=True)
+    cluster = load_cluster(inventory)  # every inventory mistake is caught before a host is touched
+    request = build_request(
+        inventory, playbook=playbook, limit=limit, tags=tags, skip_tags=skip_tags,
+        check=check, extra_vars=extra_vars, forks=forks, verbosity=verbosity,
+    )
+    run_dir = new_run_dir("provision")  # only once the input is known to be good
+    view = ProvisionView([h.name for h in cluster.hosts])
+    cancel = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
+    console.print(f"provisioning {len(cluster.hosts)} host(s) with {playbook.name}; run folder {run_dir}")
+    started = time.monotonic()
+    shown_notes = 0
+    try:
+        if verbosity or not console.is_terminal:
+            def on_event(event):
+                nonlocal shown_notes
+                play_before = view.play
+                view.handle(event)
+                if not verbosity and view.play != play_before:
+                    console.print(f"play: {view.play}")
+                while not verbosity and shown_notes < len(view.notes):
+                    console.print(f"  {view.notes[shown_notes]}")
+                    shown_notes += 1
+
+            result = runner.run(request, run_dir, on_event=on_event, cancel=cancel.is_set)
+        else:
+            with Live(view.table(True), console=console, refresh_per_second=4, transient=True) as live:
+                def on_event(event):
+                    view.handle(event)
+                    live.update(view.table(True))
+
+                result = runner.run(request, run_dir, on_event=on_event, cancel=cancel.is_set)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    code = exit_code(result.status, view)
+    partial = view.in_progress()
+    view.finish()
+    console.print(view.table(False))
+    for note in view.notes[shown_notes:] if code != EXIT_INTERRUPTED else []:
+        console.print(f"  {note}")
+    took = time.monotonic() - started
+    if code == EXIT_INTERRUPTED:
+        console.print(
+            f"cancelled after {took:.0f} s; left in the middle of a task: {', '.join(partial) or 'no host'} "
+            "(a command already started there may still finish). "
+            "Run the same command again to continue: the roles are idempotent."
+        )
+    elif code == EXIT_OK:
+        console.print(f"provisioned {len(cluster.hosts)} host(s) in {took:.0f} s; details in {run_dir}")
+    else:
+        console.print(f"provisioning failed after {took:.0f} s; full log and events in {run_dir}")
+    return code
+

@@ -1,0 +1,55 @@
+"""`pycli provision` against the real local cluster: a failure, an unreachable host, the recap."""
+
+import json
+
+import pytest
+
+from tests.conftest import ROOT, run_pycli
+
+pytestmark = pytest.mark.integration
+PLAYBOOK = ROOT / "tests" / "fixtures" / "playbooks" / "fails_on_node2.yml"
+
+
+def test_failed_task_exits_1_naming_host_task_and_message(local_cluster, tmp_path):
+    proc = run_pycli("provision", str(local_cluster), "--playbook", str(PLAYBOOK), env={"PYCLI_RUNS": str(tmp_path)})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "node2: Break on node2: non-zero return code" in proc.stdout
+    assert proc.stdout.count("Break on node2") == 1  # shown once
+    assert "FAILED" in proc.stdout and "provisioning failed" in proc.stdout
+    (run_dir,) = tmp_path.iterdir()
+    assert run_dir.name.endswith("-provision")
+    events = list((run_dir / "artifacts").rglob("job_events/*.json"))
+    assert any(json.loads(p.read_text()).get("event") == "runner_on_failed" for p in events)
+
+
+def test_limit_to_the_good_host_succeeds_and_rerun_changes_nothing(local_cluster, tmp_path):
+    proc = run_pycli("provision", str(local_cluster), "--playbook", str(PLAYBOOK), "--limit", "node1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "provisioned 2 host(s)" in proc.stdout or "provisioned" in proc.stdout
+
+
+def test_an_unreachable_host_exits_4(local_cluster, tmp_path):
+    text = local_cluster.read_text()
+    subnet_prefix = text.split("node1 ansible_host=")[1].split()[0].rsplit(".", 1)[0]
+    # An address in the cluster's own test network where no node listens.
+    ghost = text.replace("[nodes]\n", f"[nodes]\nghost ansible_host={subnet_prefix}.250\n")
+    inventory = tmp_path / "with-ghost.ini"
+    inventory.write_text(ghost.replace("[nodes:vars]\n", "[nodes:vars]\nansible_ssh_timeout=3\n"))
+    proc = run_pycli("provision", str(inventory), "--playbook", str(PLAYBOOK), "--limit", "ghost,node1")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "UNREACHABLE" in proc.stdout and "ghost:" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["/nonexistent/inventory.ini"], "no such inventory"),
+        (["{inventory}", "--forks", "0"], "--forks must be at least 1"),
+        (["{inventory}", "-e", "=1"], "expected key=value"),
+    ],
+)
+def test_bad_input_is_exit_2_and_leaves_no_run_folder(local_cluster, tmp_path, args, message):
+    argv = [a.format(inventory=local_cluster) for a in args]
+    proc = run_pycli("provision", *argv, "--playbook", str(PLAYBOOK), env={"PYCLI_RUNS": str(tmp_path / "runs")})
+    assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1
+    assert not (tmp_path / "runs").exists()

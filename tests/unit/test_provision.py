@@ -1,0 +1,94 @@
+"""The pure parts of `pycli provision`: extra vars, the run request, the per-host view."""
+
+import pytest
+
+from pycli.errors import BadInput
+from pycli.provision import EXIT_INTERRUPTED, ProvisionView, build_request, exit_code, parse_extra_vars
+
+
+def test_extra_vars_keep_yaml_types_and_read_files(tmp_path):
+    extra = tmp_path / "vars.yml"
+    extra.write_text("openmpi_version: 4.1.8\nhorovod_gloo: true\n")
+    found = parse_extra_vars(["a=1", "b=true", "c=hello world", "d=", f"@{extra}"])
+    assert found == {"a": 1, "b": True, "c": "hello world", "d": "", "openmpi_version": "4.1.8", "horovod_gloo": True}
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [("novalue", "expected key=value"), ("bad key=1", "expected key=value"), ("@/nonexistent.yml", "cannot read")],
+)
+def test_bad_extra_vars_are_refused(item, message):
+    with pytest.raises(BadInput, match=message):
+        parse_extra_vars([item])
+
+
+def test_extra_vars_file_must_hold_a_mapping(tmp_path):
+    extra = tmp_path / "list.yml"
+    extra.write_text("- a\n- b\n")
+    with pytest.raises(BadInput, match="mapping"):
+        parse_extra_vars([f"@{extra}"])
+
+
+def test_request_is_site_yml_with_the_options_given(tmp_path):
+    request = build_request(tmp_path / "hosts.ini", limit="node1", tags="openmpi", check=True, extra_vars=["x=2"], forks=5)
+    assert request.playbook.name == "site.yml" and request.module is None
+    kwargs = request.runner_kwargs(tmp_path / "run")
+    assert kwargs["limit"] == "node1" and kwargs["forks"] == 5 and kwargs["extravars"] == {"x": 2}
+    assert kwargs["cmdline"] == "--check --tags openmpi"
+
+
+def test_request_refuses_zero_forks_and_missing_playbooks(tmp_path):
+    with pytest.raises(BadInput, match="--forks"):
+        build_request(tmp_path / "hosts.ini", forks=0)
+    with pytest.raises(BadInput, match="does not exist"):
+        build_request(tmp_path / "hosts.ini", playbook=tmp_path / "nope.yml")
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def ev(kind, host=None, **data):
+    return {"event": kind, "event_data": {**({"host": host} if host else {}), **data}}
+
+
+def test_view_follows_each_host_through_tasks_and_records_failures():
+    clock = Clock()
+    view = ProvisionView(["n1", "n2"], clock=clock)
+    view.handle(ev("playbook_on_play_start", play="Install the stack"))
+    view.handle(ev("runner_on_start", "n1", task="Build OpenMPI", role="openmpi"))
+    view.handle(ev("runner_on_start", "n2", task="openmpi : Build OpenMPI", role="openmpi"))
+    assert view.play == "Install the stack"
+    assert view.hosts["n1"].task == "openmpi : Build OpenMPI" == view.hosts["n2"].task
+    clock.now = 130.0
+    view.handle(ev("runner_on_ok", "n1", task="Build OpenMPI", res={"changed": True}))
+    view.handle(ev("runner_on_failed", "n2", task="Build OpenMPI", res={"msg": "make: *** Error 2"}))
+    assert view.in_progress() == ["n1 (openmpi : Build OpenMPI)", "n2 (openmpi : Build OpenMPI)"]
+    view.finish()
+    assert view.hosts["n1"].elapsed(clock.now) == 30.0
+    assert view.notes == ["n2: Build OpenMPI: make: *** Error 2"]
+    assert exit_code("failed", view) == 1
+
+
+def test_unreachable_wins_over_failed_and_cancel_is_130():
+    view = ProvisionView(["n1", "n2"], clock=Clock())
+    view.handle(ev("runner_on_failed", "n1", task="t", res={"msg": "boom"}))
+    assert exit_code("failed", view) == 1
+    view.handle(ev("runner_on_unreachable", "n2", task="Gathering Facts", res={"msg": "ssh: connect to host n2 port 22: No route"}))
+    assert exit_code("failed", view) == 4
+    assert view.hosts["n2"].task == "unreachable"
+    assert exit_code("canceled", view) == EXIT_INTERRUPTED
+
+
+def test_clean_run_is_0_and_the_table_lists_every_host():
+    view = ProvisionView(["n1", "n2"], clock=Clock())
+    for host in ("n1", "n2"):
+        view.handle(ev("runner_on_start", host, task="ping"))
+        view.handle(ev("runner_on_ok", host, task="ping", res={}))
+    view.finish()
+    assert exit_code("successful", view) == 0
+    assert view.table(False).row_count == 2
