@@ -10,6 +10,9 @@ from typer._click import exceptions as click_errors  # typer vendors click since
 from pycli import __version__
 from pycli.errors import EXIT_BAD_INPUT, EXIT_FAILED, PycliError
 from pycli.cli_cluster import cluster_app
+from pycli.cli_inventory import hostfile_cmd, inventory_app
+from pycli.cli_provision import provision_cmd
+from pycli.cli_train import train_cmd
 
 app = typer.Typer(
     name="pycli",
@@ -20,6 +23,10 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 app.add_typer(cluster_app, name="cluster")
+app.add_typer(inventory_app, name="inventory")
+app.command("hostfile")(hostfile_cmd)
+app.command("provision")(provision_cmd)
+app.command("train")(train_cmd)
 
 
 def _version(value: bool) -> None:

@@ -123,11 +123,13 @@ def render_local_inventory(plan: ClusterPlan, key: Path, known_hosts: Path) -> s
             "ansible_ssh_private_key_file": str(key),
             "ansible_ssh_common_args": f"-o UserKnownHostsFile={known_hosts}",
             "slots": 1,
+            "pycli_network_interface": "eth0",
             "pycli_local_cluster": plan.name,
         },
         var_comments={
             "ansible_ssh_common_args": "Host keys of every node, by name and address.",
             "slots": "Processes per node: these nodes have no GPU.",
+            "pycli_network_interface": "The NIC ranks talk over (a node running Docker also has docker0).",
         },
     )
 

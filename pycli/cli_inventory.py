@@ -1,0 +1,235 @@
+"""`pycli inventory new|show` and `pycli hostfile`: inventories in, launcher host lists out.
+
+Argument parsing and printing only; reading and checking live in pycli.cluster_model, the
+launcher formats in pycli.hostfiles, writing in pycli.inventory_writer.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import typer
+
+from pycli import hostfiles
+from pycli.cluster_model import DEFAULT_SLOTS, DEFAULT_SSH_PORT, Cluster, Host, load_cluster, make_cluster, parse_host_list
+from pycli.errors import BadInput
+from pycli.inventory_writer import HostEntry, render_inventory, write_text_atomically
+
+inventory_app = typer.Typer(help="Write and read cluster inventories (hosts, SSH access, slots).", no_args_is_help=True)
+
+
+# ------------------------------------------------------ pure: building `new`
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """The cluster-wide settings of `inventory new`; a host's own value (from its line) wins."""
+
+    slots: int | None = None
+    user: str | None = None
+    port: int | None = None
+    key: str | None = None
+    launcher: str | None = None
+
+
+_HOW_TO_EDIT = [
+    "Edit freely: one training host per line under [nodes], with ansible_host=, ansible_port=,",
+    "ansible_user= or slots= where a host differs from the rest; cluster-wide settings under",
+    "[nodes:vars]; [launcher] names the host where jobs start. Check it with",
+    "'pycli inventory show FILE'; print launcher host lists with 'pycli hostfile FILE'.",
+]
+
+
+def new_inventory_text(entries: Sequence[HostEntry], settings: ClusterSettings, *, made_from: str) -> str:
+    """The INI inventory for these host lines and settings, checked as a cluster first."""
+    hosts = [
+        Host(
+            name=entry.name,
+            address=entry.address or entry.name,
+            port=entry.port or settings.port or DEFAULT_SSH_PORT,
+            user=entry.user or settings.user,
+            slots=entry.slots or settings.slots or DEFAULT_SLOTS,
+        )
+        for entry in entries
+    ]
+    make_cluster(hosts, settings.launcher, source=made_from)
+    group_vars: dict[str, object] = {"slots": settings.slots or DEFAULT_SLOTS}
+    if settings.user:
+        group_vars["ansible_user"] = settings.user
+    if settings.port:
+        group_vars["ansible_port"] = settings.port
+    if settings.key:
+        group_vars["ansible_ssh_private_key_file"] = settings.key
+    return render_inventory(
+        entries,
+        group_vars=group_vars,
+        launcher=settings.launcher,
+        header=[f"Cluster inventory written by 'pycli inventory new' from {made_from}.", *_HOW_TO_EDIT],
+        var_comments={
+            "slots": "Processes per host (the GPU count on GPU hosts), unless a host line sets its own.",
+            "ansible_user": "SSH user on every host.",
+            "ansible_port": "SSH port on every host.",
+            "ansible_ssh_private_key_file": "SSH private key for every host.",
+        },
+    )
+
+
+def _host_lines(hosts: str | None, hosts_file: Path | None, horovod_hosts: str | None) -> tuple[list[HostEntry], str]:
+    """The host lines from the one source given, and how to name that source."""
+    sources = {"--hosts": hosts, "--hosts-file": hosts_file, "--horovod-hosts": horovod_hosts}
+    given = [flag for flag, value in sources.items() if value is not None]
+    if len(given) != 1:
+        named = f"{len(given)}: {', '.join(given)}" if given else "none"
+        raise BadInput(f"give exactly one of --hosts, --hosts-file or --horovod-hosts (got {named})")
+    if hosts is not None:
+        entries = parse_host_list(hosts)
+        return entries, _shortened(f"--hosts {hosts}", entries)
+    if horovod_hosts is not None:
+        entries = hostfiles.parse_horovod_hosts(horovod_hosts)
+        return entries, _shortened(f"horovodrun -H {horovod_hosts}", entries)
+    assert hosts_file is not None
+    if str(hosts_file) == "-":
+        return hostfiles.parse_hostfile(sys.stdin.read(), source="<stdin>"), "a host list on stdin"
+    try:
+        text = hosts_file.read_text()
+    except OSError as exc:
+        raise BadInput(f"--hosts-file {hosts_file}: cannot read it ({exc.strerror or exc})") from None
+    return hostfiles.parse_hostfile(text, source=str(hosts_file)), f"the host file {hosts_file}"
+
+
+def _shortened(described: str, entries: Sequence[HostEntry], longest: int = 72) -> str:
+    # The description heads the inventory and every error line; a long list is summed up.
+    if len(described) <= longest:
+        return described
+    return f"{described.split(' ', 1)[0]} with {len(entries)} hosts ({entries[0].name} ... {entries[-1].name})"
+
+
+def _key_path(key: Path | None) -> str | None:
+    if key is None:
+        return None
+    path = key.expanduser().absolute()
+    if not path.is_file():
+        raise BadInput(f"--key {key}: no such file; give the SSH private key that reaches the hosts")
+    return str(path)
+
+
+# ------------------------------------------------------------------ commands
+
+
+@inventory_app.command("new")
+def new_cmd(
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="Inventory file to write (refused if it exists, unless --force).", dir_okay=False
+    ),
+    hosts: str | None = typer.Option(None, "--hosts", help="Comma-separated hosts, each [user@]host[:port]."),
+    hosts_file: Path | None = typer.Option(
+        None,
+        "--hosts-file",
+        help="One host per line (Volcano's worker.host), or an MPI/DeepSpeed hostfile ('host slots=N'); '-' reads stdin.",
+    ),
+    horovod_hosts: str | None = typer.Option(None, "--horovod-hosts", help="A horovodrun -H list, e.g. 'a:4,b:4'."),
+    slots: int | None = typer.Option(
+        None, "--slots", min=1, help=f"Processes per host where the source gives none (default {DEFAULT_SLOTS})."
+    ),
+    user: str | None = typer.Option(None, "--user", "-u", help="SSH user on every host (default: whoever runs pycli)."),
+    port: int | None = typer.Option(
+        None, "--port", min=1, max=65535, help=f"SSH port on every host (default {DEFAULT_SSH_PORT})."
+    ),
+    key: Path | None = typer.Option(None, "--key", help="SSH private key for every host."),
+    launcher: str | None = typer.Option(None, "--launcher", help="Host where jobs start (default: the first host)."),
+    force: bool = typer.Option(False, "--force", help="Replace OUTPUT if it exists."),
+) -> None:
+    """Write a plain, commented INI inventory from a host list, a hostfile or a horovodrun -H string."""
+    entries, made_from = _host_lines(hosts, hosts_file, horovod_hosts)
+    settings = ClusterSettings(slots=slots, user=user, port=port, key=_key_path(key), launcher=launcher)
+    text = new_inventory_text(entries, settings, made_from=made_from)
+    write_text_atomically(output, text, force=force)
+    print(f"wrote {output} ({len(entries)} hosts); check it with 'pycli inventory show {output}'")
+
+
+def cluster_as_json(cluster: Cluster) -> dict[str, object]:
+    return {
+        "launcher": cluster.launcher,
+        "total_slots": cluster.total_slots,
+        "hosts": [
+            {
+                "name": host.name,
+                "address": host.address,
+                "user": host.login_user,
+                "user_is_default": host.user is None,
+                "port": host.port,
+                "slots": host.slots,
+                "launcher": host.name == cluster.launcher,
+            }
+            for host in cluster.hosts
+        ],
+    }
+
+
+def cluster_table(cluster: Cluster) -> str:
+    """Aligned columns, one host a line, then the totals: greppable, and instant for 1,000 hosts.
+
+    (A rich Table spends about 0.5 s of CPU measuring 1,000 rows, a quarter of the 2 s budget.)
+    """
+    headers = ("HOST", "ADDRESS", "USER", "PORT", "SLOTS", "LAUNCHER")
+    right_aligned = {3, 4}
+    rows = [
+        (
+            host.name,
+            host.address,
+            host.user or f"{host.login_user} (current user)",
+            str(host.port),
+            str(host.slots),
+            "yes" if host.name == cluster.launcher else "",
+        )
+        for host in cluster.hosts
+    ]
+    widths = [max(len(row[i]) for row in (headers, *rows)) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = (
+            cell.rjust(width) if column in right_aligned else cell.ljust(width)
+            for column, (cell, width) in enumerate(zip(cells, widths))
+        )
+        return "  ".join(padded).rstrip()
+
+    count = len(cluster.hosts)
+    total = f"{count} host{'s' if count != 1 else ''}, {cluster.total_slots} slots in total, launcher {cluster.launcher}"
+    return "\n".join([line(headers), *(line(row) for row in rows), total]) + "\n"
+
+
+@inventory_app.command("show")
+def show_cmd(
+    inventory: Path = typer.Argument(..., help="Inventory file or directory, as Ansible reads it."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Show the cluster an inventory describes: hosts, addresses, SSH user and port, slots, launcher."""
+    cluster = load_cluster(inventory)
+    if as_json:
+        print(json.dumps(cluster_as_json(cluster), indent=2))
+        return
+    sys.stdout.write(cluster_table(cluster))
+
+
+def hostfile_cmd(
+    inventory: Path = typer.Argument(..., help="Inventory file or directory."),
+    format_name: str = typer.Option("mpi", "--format", "-f", help=f"One of: {', '.join(hostfiles.FORMATS)}."),
+    np: int | None = typer.Option(None, "--np", help="Only enough hosts for NP processes, filled in inventory order."),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Write here (replaced if it exists) instead of printing.", dir_okay=False
+    ),
+) -> None:
+    """Print the cluster's hosts for a launcher: MPI or DeepSpeed hostfile, or horovodrun -H."""
+    hostfiles.check_format(format_name)
+    hosts = hostfiles.fill_slots(load_cluster(inventory), np)
+    text = hostfiles.render_hostfile(hosts, format_name)
+    if output is None:
+        sys.stdout.write(text)
+        return
+    # A hostfile is derived from the inventory, so writing it again is the normal case.
+    write_text_atomically(output, text, force=True)
+    print(f"wrote {output} ({len(hosts)} hosts, {sum(host.slots for host in hosts)} processes)")
