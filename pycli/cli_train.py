@@ -1,0 +1,31 @@
+"""`pycli train`: a distributed training job on the cluster's nodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from pycli.train import train
+
+
+def train_cmd(
+    workload: str = typer.Argument("mnist", help="mnist (Horovod), ddp (torchrun), synthetic, or a path to a script."),
+    script_args: list[str] = typer.Argument(None, help="Arguments for the workload, after '--'."),
+    np: int = typer.Option(..., "--np", help="Number of processes (ranks) in all."),
+    inventory: Path | None = typer.Option(None, "--inventory", "-i", help="Default: the local cluster that is up."),
+    launcher: str | None = typer.Option(None, "--launcher", help="horovod (horovodrun), mpirun or torchrun."),
+    backend: str = typer.Option("gloo", "--backend", help="horovodrun's controller: gloo or mpi."),
+    network_interface: str | None = typer.Option(
+        None, "--network-interface", help="NIC the ranks talk over (default: inventory's pycli_network_interface)."
+    ),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Folder of MNIST IDX files (default: the 8x8 digits)."),
+    resume: Path | None = typer.Option(None, "--resume", help="Checkpoint (from an earlier run's results) to continue from."),
+) -> None:
+    """Run WORKLOAD on --np processes across the inventory's nodes, started from the launcher node."""
+    raise typer.Exit(
+        train(
+            inventory, np=np, workload=workload, launcher=launcher, backend=backend, script_args=script_args or [],
+            network_interface=network_interface, data_dir=data_dir, resume=resume,
+        )
+    )

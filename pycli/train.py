@@ -1,0 +1,460 @@
+"""`pycli train`: a distributed job across the inventory's nodes, started on the launcher node.
+
+Planning is pure (which hosts, which command line for horovodrun, mpirun or torchrun);
+staging and collecting results go through playbooks and the one runner adapter; the job
+itself runs over OpenSSH with the inventory's own connection settings, so host keys are
+checked exactly as Ansible checks them, and its output streams back line by line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path, PurePosixPath
+
+from pycli import runner
+from pycli.cluster_model import Cluster, Host
+from pycli.errors import EXIT_FAILED, BadInput, PycliError, Unreachable
+from pycli.hostfiles import fill_slots, render_hostfile
+from pycli.paths import PROJECT_ROOT, cache_dir, new_run_dir
+
+WORKLOADS_DIR = PROJECT_ROOT / "workloads"
+STAGE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "stage.yml"
+COLLECT_PLAYBOOK = PROJECT_ROOT / "playbooks" / "collect.yml"
+LAUNCHERS = ("horovod", "mpirun", "torchrun")
+BACKENDS = ("gloo", "mpi")
+EXIT_INTERRUPTED = 130
+TORCHRUN_PORT = 29400
+
+# Built-in workloads: script, the launchers that can start it, whether it reads IDX data.
+WORKLOADS = {
+    "mnist": ("mnist.py", ("horovod", "mpirun"), True),
+    "ddp": ("ddp.py", ("torchrun",), True),
+    "synthetic": ("synthetic.py", ("horovod", "mpirun", "torchrun"), False),
+}
+DEFAULT_LAUNCHER = {"mnist": "horovod", "ddp": "torchrun", "synthetic": "horovod"}
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    """Where the roles put things on every node (role defaults, overridable in the inventory)."""
+
+    venv: PurePosixPath = PurePosixPath("/opt/pycli/venv")
+    work_dir: PurePosixPath = PurePosixPath("/srv/pycli")
+
+    @property
+    def python(self) -> str:
+        return str(self.venv / "bin" / "python")
+
+    def tool(self, name: str) -> str:
+        return str(self.venv / "bin" / name)
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    job_id: str
+    launcher: str
+    backend: str
+    np: int
+    hosts: tuple[Host, ...]
+    script: Path  # on the controller
+    script_args: tuple[str, ...]
+    layout: NodeLayout
+    network_interface: str | None = None
+    data_dir: Path | None = None  # on the controller
+    resume: Path | None = None  # on the controller
+    staged: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def job_dir(self) -> PurePosixPath:
+        return self.layout.work_dir / "jobs" / self.job_id
+
+    @property
+    def remote_script(self) -> PurePosixPath:
+        return self.job_dir / "workloads" / self.script.name
+
+    @property
+    def rank0(self) -> Host:
+        return self.hosts[0]
+
+
+def new_job_id(now: datetime | None = None) -> str:
+    stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{os.getpid()}"
+
+
+def remote_data_dir(layout: NodeLayout, data_dir: Path) -> PurePosixPath:
+    """Data is staged once per content name, outside the job, so later jobs reuse it."""
+    digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:8]
+    return layout.work_dir / "data" / f"{data_dir.name}-{digest}"
+
+
+def plan_job(
+    cluster: Cluster,
+    *,
+    np: int,
+    workload: str,
+    launcher: str | None,
+    backend: str,
+    script_args: Sequence[str],
+    layout: NodeLayout,
+    job_id: str,
+    network_interface: str | None = None,
+    data_dir: Path | None = None,
+    resume: Path | None = None,
+) -> JobPlan:
+    """Check the request against the cluster and decide every path and host: no side effects."""
+    if backend not in BACKENDS:
+        raise BadInput(f"unknown --backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if launcher is not None and launcher not in LAUNCHERS:
+        raise BadInput(f"unknown --launcher {launcher!r}; use one of {', '.join(LAUNCHERS)}")
+    if workload in WORKLOADS:
+        script_name, launchers, needs_data = WORKLOADS[workload]
+        script = WORKLOADS_DIR / script_name
+        launcher = launcher or DEFAULT_LAUNCHER[workload]
+        if launcher not in launchers:
+            hint = " (use the ddp workload for torchrun)" if workload == "mnist" else ""
+            raise BadInput(f"workload {workload!r} runs under {' or '.join(launchers)}, not {launcher}{hint}")
+    elif workload.endswith(".py") or "/" in workload:
+        script = Path(workload)
+        if not script.is_file():
+            raise BadInput(f"script {workload} does not exist")
+        needs_data = data_dir is not None
+        launcher = launcher or "horovod"
+    else:
+        raise BadInput(f"unknown workload {workload!r}; use one of {', '.join(WORKLOADS)} or a path to a .py script")
+    if data_dir is not None and not data_dir.is_dir():
+        raise BadInput(f"--data-dir {data_dir} is not a folder")
+    if resume is not None and not resume.is_file():
+        raise BadInput(f"--resume {resume} does not exist")
+    if resume is not None and workload not in ("mnist", "ddp"):
+        raise BadInput("--resume works with the mnist and ddp workloads")
+    hosts = fill_slots(cluster, np)
+    # The launcher node starts the job and rank 0 lives there: put it first.
+    launcher_host = cluster.launcher_host
+    if any(h.name == launcher_host.name for h in hosts):
+        hosts = (next(h for h in hosts if h.name == launcher_host.name),
+                 *(h for h in hosts if h.name != launcher_host.name))
+    if launcher == "horovod":
+        render_hostfile(hosts, "horovod")  # refuses what horovodrun would misread
+    plan = JobPlan(
+        job_id=job_id, launcher=launcher, backend=backend, np=np, hosts=hosts, script=script,
+        script_args=tuple(script_args), layout=layout, network_interface=network_interface,
+        data_dir=data_dir if needs_data else None, resume=resume,
+    )
+    return plan
+
+
+def workload_args(plan: JobPlan) -> list[str]:
+    """The arguments pycli adds for its own workloads: data, checkpoint, metrics, resume."""
+    args: list[str] = []
+    name = plan.script.name
+    if plan.script.parent == WORKLOADS_DIR and name in ("mnist.py", "ddp.py"):
+        args += ["--checkpoint", str(plan.job_dir / "checkpoints" / "last.pt"), "--metrics", str(plan.job_dir / "metrics.jsonl")]
+        if plan.resume is not None:
+            args += ["--resume", str(plan.job_dir / "resume.pt")]
+    if plan.script.parent == WORKLOADS_DIR and name == "synthetic.py":
+        args += ["--metrics", str(plan.job_dir / "metrics.jsonl")]
+        if plan.launcher == "torchrun":
+            args += ["--comm", "ddp"]
+    if plan.data_dir is not None:
+        args += ["--data-dir", str(remote_data_dir(plan.layout, plan.data_dir))]
+    return args + list(plan.script_args)
+
+
+def _program(plan: JobPlan) -> list[str]:
+    return [plan.layout.python, "-u", str(plan.remote_script), *workload_args(plan)]
+
+
+def horovodrun_argv(plan: JobPlan) -> list[str]:
+    argv = [plan.layout.tool("horovodrun"), "-np", str(plan.np), "-H", render_hostfile(plan.hosts, "horovod").strip()]
+    argv.append("--gloo" if plan.backend == "gloo" else "--mpi")
+    ports = {h.port for h in plan.hosts}
+    if ports != {22}:
+        argv += ["-p", str(ports.pop())]
+    if plan.network_interface:
+        argv += ["--network-interface", plan.network_interface]
+    return argv + _program(plan)
+
+
+def mpirun_argv(plan: JobPlan, user: str) -> list[str]:
+    """mpirun as seed 004 runs it: no binding, slots filled in order, TCP without openib."""
+    argv = ["mpirun", "-np", str(plan.np), "-H", render_hostfile(plan.hosts, "horovod").strip(),
+            "-bind-to", "none", "-map-by", "slot", "--tag-output",
+            "-mca", "pml", "ob1", "-mca", "btl", "^openib",
+            "-x", "PATH", "-x", "LD_LIBRARY_PATH", "-x", "PYTHONUNBUFFERED=1"]
+    if user == "root":
+        argv.append("--allow-run-as-root")
+    ports = {h.port for h in plan.hosts}
+    if ports != {22}:
+        argv += ["-mca", "plm_rsh_args", f"-p {ports.pop()}"]
+    if plan.network_interface:
+        iface = plan.network_interface
+        argv += ["-mca", "btl_tcp_if_include", iface, "-mca", "oob_tcp_if_include", iface,
+                 "-x", f"NCCL_SOCKET_IFNAME={iface}", "-x", f"GLOO_SOCKET_IFNAME={iface}"]
+    return argv + _program(plan)
+
+
+def torchrun_argv(plan: JobPlan, node_rank: int) -> list[str]:
+    host = plan.hosts[node_rank]
+    return [plan.layout.tool("torchrun"), "--nnodes", str(len(plan.hosts)), "--nproc-per-node", str(host.slots),
+            "--node-rank", str(node_rank), "--master-addr", plan.rank0.address, "--master-port", str(TORCHRUN_PORT),
+            str(plan.remote_script), *workload_args(plan)]
+
+
+def remote_shell(plan: JobPlan, argv: Sequence[str]) -> str:
+    """The shell line run on a node: the job's folder, the shared venv first on PATH."""
+    env = [f"PATH={plan.layout.venv / 'bin'}:$PATH", "PYTHONUNBUFFERED=1"]
+    if plan.network_interface:
+        env += [f"GLOO_SOCKET_IFNAME={plan.network_interface}", f"NCCL_SOCKET_IFNAME={plan.network_interface}"]
+    return f"cd {shlex.quote(str(plan.job_dir))} && exec env {' '.join(env)} {shlex.join(argv)}"
+
+
+def launch_commands(plan: JobPlan) -> list[tuple[Host, str]]:
+    """(host, shell line) for every process pycli starts over SSH: one launcher, or one per node."""
+    if plan.launcher == "torchrun":
+        return [(host, remote_shell(plan, torchrun_argv(plan, i))) for i, host in enumerate(plan.hosts)]
+    if plan.launcher == "mpirun":
+        return [(plan.rank0, remote_shell(plan, mpirun_argv(plan, plan.rank0.login_user)))]
+    return [(plan.rank0, remote_shell(plan, horovodrun_argv(plan)))]
+
+
+# --- side effects: stage, run, clean up, collect ------------------------------------------
+
+
+def _run_playbook(inventory: Path, playbook: Path, run_dir: Path, extravars: dict, limit: str, what: str) -> None:
+    request = runner.RunRequest(inventory=inventory, playbook=playbook, extravars=extravars, limit=limit)
+    result = runner.run(request, run_dir)
+    if result.unreachable:
+        raise Unreachable(f"{what}: cannot reach {', '.join(result.unreachable)}; see {run_dir}")
+    if result.status != "successful":
+        detail = "; ".join(f"{h}: {' '.join(r.messages)}" for h, r in result.hosts.items() if r.failed)
+        raise PycliError(f"{what} failed: {detail or result.status}; see {run_dir}")
+
+
+def stage(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
+    """Copy the workload (and data, checkpoint) to the same paths on every node of the job."""
+    items = [{"src": f"{plan.script.parent}/" if plan.script.parent == WORKLOADS_DIR else str(plan.script),
+              "dest": str(plan.job_dir / "workloads") + "/"}]
+    if plan.data_dir is not None:
+        items.append({"src": f"{plan.data_dir}/", "dest": f"{remote_data_dir(plan.layout, plan.data_dir)}/"})
+    if plan.resume is not None:
+        items.append({"src": str(plan.resume), "dest": str(plan.job_dir / "resume.pt")})
+    _run_playbook(
+        inventory, STAGE_PLAYBOOK, run_dir / "stage",
+        {"pycli_job_dir": str(plan.job_dir), "pycli_stage_items": items},
+        ",".join(h.name for h in plan.hosts), "staging the job",
+    )
+
+
+def collect(plan: JobPlan, inventory: Path, run_dir: Path) -> Path:
+    """Fetch rank 0's metrics and checkpoints into the run folder."""
+    results = run_dir / "results"
+    _run_playbook(
+        inventory, COLLECT_PLAYBOOK, run_dir / "collect",
+        {"pycli_job_dir": str(plan.job_dir), "pycli_results_dir": str(results)},
+        plan.rank0.name, "fetching the results",
+    )
+    return results
+
+
+def stop_strays(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
+    """After the job, no process of it may be left on any node (their command lines name the job)."""
+    request = runner.RunRequest(
+        inventory=inventory, pattern=",".join(h.name for h in plan.hosts), module="ansible.builtin.shell",
+        module_args=f"pkill -TERM -f {shlex.quote(str(plan.job_dir))}; sleep 1; pkill -KILL -f {shlex.quote(str(plan.job_dir))}; true",
+    )
+    runner.run(request, run_dir / "cleanup")
+
+
+class RemoteProcess:
+    """One command on one node over `ssh -tt`, its output streamed with a prefix.
+
+    A pseudo-terminal on the far side means an interrupt byte reaches the remote process
+    as SIGINT, exactly as Ctrl-C would in an interactive session.
+    """
+
+    def __init__(self, ssh_argv: Sequence[str], prefix: str, write: Callable[[str], None]) -> None:
+        self.prefix = prefix
+        self.write = write
+        self.proc = subprocess.Popen(
+            list(ssh_argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True,  # our Ctrl-C is forwarded, not delivered to ssh directly
+        )
+        self.reader = threading.Thread(target=self._pump, daemon=True)
+        self.reader.start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in iter(self.proc.stdout.readline, b""):
+            line = raw.decode(errors="replace").rstrip("\r\n").replace("\r", "")
+            self.write(f"{self.prefix}{line}" if self.prefix else line)
+
+    def interrupt(self) -> None:
+        if self.proc.poll() is None and self.proc.stdin:
+            try:
+                self.proc.stdin.write(b"\x03")
+                self.proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                pass
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self.proc.wait(timeout)
+        self.reader.join(5)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+
+def ssh_argv(host: Host, command: str) -> list[str]:
+    """OpenSSH with the host's inventory settings; host keys checked as Ansible checks them."""
+    return ["ssh", "-tt", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "LogLevel=ERROR",
+            "-p", str(host.port), *host.ssh_options, f"{host.login_user}@{host.address}", command]
+
+
+def run_job(plan: JobPlan, write: Callable[[str], None] = print) -> int:
+    """Start the job's processes, stream their output, forward Ctrl-C; return the job's exit code."""
+    commands = launch_commands(plan)
+    many = len(commands) > 1
+    processes = [RemoteProcess(ssh_argv(host, line), f"[{host.name}] " if many else "", write) for host, line in commands]
+    user_interrupt = threading.Event()
+    stopping = threading.Event()
+
+    def stop_all() -> None:
+        stopping.set()
+        for proc in processes:
+            proc.interrupt()
+
+    def on_sigint(*_) -> None:
+        if user_interrupt.is_set():
+            for proc in processes:
+                proc.kill()
+            return
+        user_interrupt.set()
+        write("pycli: interrupting the job on every node (Ctrl-C again to stop waiting)")
+        stop_all()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        codes = []
+        for proc in processes:
+            while True:
+                try:
+                    codes.append(proc.wait(timeout=0.5))
+                    break
+                except subprocess.TimeoutExpired:
+                    # One node's failure (torchrun: one launcher per node) must end the others.
+                    if many and not stopping.is_set() and any(p.proc.poll() not in (None, 0) for p in processes):
+                        stop_all()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if user_interrupt.is_set():
+        return EXIT_INTERRUPTED
+    return next((code for code in codes if code != 0), 0)
+
+
+# --- the command --------------------------------------------------------------------------
+
+
+def resolve_inventory(inventory: Path | None) -> Path:
+    """The inventory given, else the one local cluster that is up."""
+    if inventory is not None:
+        return inventory
+    from pycli import local_cluster
+
+    running = local_cluster.running_clusters()
+    if len(running) == 1:
+        return next(iter(running.values()))
+    if not running:
+        raise BadInput("no inventory given and no local cluster is up: pass -i INVENTORY, or run 'pycli cluster up'")
+    raise BadInput(f"no inventory given and {len(running)} local clusters are up ({', '.join(sorted(running))}): pass -i INVENTORY")
+
+
+def workload_needs_data(workload: str) -> bool:
+    return workload in WORKLOADS and WORKLOADS[workload][2]
+
+
+def summary_line(results: Path) -> str | None:
+    """The last metrics record of the job, as one line."""
+    import json
+
+    metrics = results / "metrics.jsonl"
+    if not metrics.exists():
+        return None
+    lines = [line for line in metrics.read_text().splitlines() if line.strip()]
+    if not lines:
+        return None
+    last = json.loads(lines[-1])
+    keys = ("epoch", "train_loss", "val_loss", "val_accuracy", "samples_per_s", "total_img_per_s")
+    return ", ".join(f"{k} {last[k]:.4g}" if isinstance(last[k], float) else f"{k} {last[k]}" for k in keys if k in last)
+
+
+def train(
+    inventory: Path | None,
+    *,
+    np: int,
+    workload: str,
+    launcher: str | None,
+    backend: str,
+    script_args: Sequence[str],
+    network_interface: str | None,
+    data_dir: Path | None,
+    resume: Path | None,
+    write: Callable[[str], None] = print,
+) -> int:
+    from pycli.cluster_model import load_cluster
+    from pycli.datasets import digits_dataset
+
+    if np < 1:
+        raise BadInput(f"--np {np}: the number of processes must be at least 1")
+    inventory = resolve_inventory(inventory)
+    cluster = load_cluster(inventory)
+    settings = cluster.settings
+    layout = NodeLayout(
+        venv=PurePosixPath(str(settings.get("common_venv_path") or NodeLayout.venv)),
+        work_dir=PurePosixPath(str(settings.get("common_work_dir") or NodeLayout.work_dir)),
+    )
+    if data_dir is None and workload_needs_data(workload):
+        data_dir = digits_dataset(cache_dir())
+    plan = plan_job(
+        cluster, np=np, workload=workload, launcher=launcher, backend=backend, script_args=script_args,
+        layout=layout, job_id=new_job_id(), data_dir=data_dir, resume=resume,
+        network_interface=network_interface or settings.get("pycli_network_interface") or None,
+    )
+    run_dir = new_run_dir("train")
+    commands = launch_commands(plan)
+    (run_dir / "job.txt").write_text(
+        f"job {plan.job_id}\nhosts {','.join(h.name for h in plan.hosts)}\n"
+        + "".join(f"{host.name}: {line}\n" for host, line in commands)
+    )
+    how = f"horovodrun --{plan.backend}" if plan.launcher == "horovod" else plan.launcher
+    write(f"pycli: job {plan.job_id}: {plan.np} process(es) on {', '.join(h.name for h in plan.hosts)} "
+          f"via {how}; run folder {run_dir}")
+    stage(plan, inventory, run_dir)
+    started = time.monotonic()
+    try:
+        code = run_job(plan, write)
+    finally:
+        stop_strays(plan, inventory, run_dir)
+    took = time.monotonic() - started
+    if code == EXIT_INTERRUPTED:
+        write(f"pycli: job interrupted after {took:.0f} s; no process of it is left on any node")
+        return code
+    results = collect(plan, inventory, run_dir)
+    summary = summary_line(results)
+    if code == 0:
+        write(f"pycli: job finished in {took:.0f} s{': ' + summary if summary else ''}; results in {results}")
+    else:
+        write(f"pycli: job failed (exit {code}) after {took:.0f} s; output above, partial results in {results}")
+    return code if code in (0, EXIT_INTERRUPTED) else EXIT_FAILED

@@ -1,0 +1,107 @@
+"""`pycli train`'s planning: hosts, command lines for each launcher, bad input. No SSH, no Ansible."""
+
+import shlex
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from pycli.cluster_model import Cluster, Host
+from pycli.errors import BadInput
+from pycli.train import NodeLayout, launch_commands, plan_job, remote_data_dir, ssh_argv, workload_args
+
+LAYOUT = NodeLayout()
+
+
+def cluster(slots=(2, 2), launcher=None, user="root"):
+    hosts = tuple(Host(name=f"n{i + 1}", address=f"10.9.0.{i + 1}", user=user, slots=s) for i, s in enumerate(slots))
+    return Cluster(hosts=hosts, launcher=launcher or hosts[0].name)
+
+
+def plan(c=None, **kw):
+    args = dict(np=4, workload="mnist", launcher=None, backend="gloo", script_args=[], layout=LAYOUT, job_id="j1",
+                data_dir=Path("/tmp"))
+    args.update(kw)
+    return plan_job(c or cluster(), **args)
+
+
+def only_line(p):
+    ((host, line),) = launch_commands(p)
+    return host, shlex.split(line.split(" && exec env ", 1)[1])
+
+
+def test_horovodrun_gets_the_filled_hosts_and_the_controller():
+    p = plan(np=3, backend="gloo")
+    host, argv = only_line(p)
+    assert host.name == "n1" and argv[argv.index("-H") + 1] == "10.9.0.1:2,10.9.0.2:1"
+    assert argv[2:4] == ["/opt/pycli/venv/bin/horovodrun", "-np"] or argv[argv.index("-np") + 1] == "3"
+    assert "--gloo" in argv and "--mpi" not in argv
+    assert argv[argv.index("--data-dir") + 1] == str(remote_data_dir(LAYOUT, Path("/tmp")))
+    assert argv[argv.index("--metrics") + 1] == "/srv/pycli/jobs/j1/metrics.jsonl"
+    _, mpi_argv = only_line(plan(backend="mpi"))
+    assert "--mpi" in mpi_argv
+
+
+def test_mpirun_uses_the_seed_flags_and_the_network_interface():
+    host, argv = only_line(plan(launcher="mpirun", network_interface="eth1"))
+    line = " ".join(argv)
+    for flags in ("-bind-to none", "-map-by slot", "-mca pml ob1", "-mca btl ^openib", "-mca btl_tcp_if_include eth1",
+                  "-x NCCL_SOCKET_IFNAME=eth1", "--allow-run-as-root"):
+        assert flags in line
+    _, as_user = only_line(plan(c=cluster(user="train"), launcher="mpirun"))
+    assert "--allow-run-as-root" not in as_user
+
+
+def test_torchrun_starts_one_launcher_per_node_with_its_rank():
+    p = plan(workload="ddp", np=4)
+    commands = launch_commands(p)
+    assert [h.name for h, _ in commands] == ["n1", "n2"]
+    for rank, (host, line) in enumerate(commands):
+        argv = shlex.split(line.split(" && exec env ", 1)[1])
+        assert argv[argv.index("--node-rank") + 1] == str(rank)
+        assert argv[argv.index("--master-addr") + 1] == "10.9.0.1"
+        assert argv[argv.index("--nproc-per-node") + 1] == "2"
+
+
+def test_the_launcher_node_comes_first_and_runs_rank_0():
+    p = plan(c=cluster(slots=(1, 1, 1), launcher="n3"), np=3)
+    assert [h.name for h in p.hosts] == ["n3", "n1", "n2"] and p.rank0.name == "n3"
+
+
+def test_user_arguments_come_after_pycli_s_and_resume_is_staged():
+    p = plan(script_args=["--epochs", "7"], resume=Path(__file__))
+    args = workload_args(p)
+    assert args[-2:] == ["--epochs", "7"]
+    assert args[args.index("--resume") + 1] == "/srv/pycli/jobs/j1/resume.pt"
+
+
+def test_synthetic_under_torchrun_uses_ddp_and_needs_no_data():
+    p = plan(workload="synthetic", launcher="torchrun", data_dir=None)
+    assert "--comm" in workload_args(p) and "--data-dir" not in workload_args(p)
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"np": 0}, "at least 1"),
+        ({"np": 5}, "more than the 4 slots"),
+        ({"workload": "resnet"}, "unknown workload 'resnet'"),
+        ({"workload": "missing/train.py"}, "does not exist"),
+        ({"launcher": "srun"}, "unknown --launcher"),
+        ({"backend": "nccl2"}, "unknown --backend"),
+        ({"workload": "mnist", "launcher": "torchrun"}, "use the ddp workload"),
+        ({"workload": "ddp", "launcher": "horovod"}, "runs under torchrun"),
+        ({"data_dir": Path("/nonexistent")}, "is not a folder"),
+        ({"resume": Path("/nonexistent.pt")}, "does not exist"),
+    ],
+)
+def test_bad_requests_are_refused_before_anything_runs(kw, message):
+    with pytest.raises(BadInput, match=message):
+        plan(**kw)
+
+
+def test_ssh_keeps_host_key_checking_and_takes_the_inventory_options():
+    host = Host(name="n1", address="10.9.0.1", port=2222, user="root", ssh_options=("-i", "/k", "-o", "UserKnownHostsFile=/kh"))
+    argv = ssh_argv(host, "hostname")
+    assert "StrictHostKeyChecking=yes" in argv and argv[-2:] == ["root@10.9.0.1", "hostname"]
+    assert argv[argv.index("-p") + 1] == "2222" and "/k" in argv and "UserKnownHostsFile=/kh" in argv
+    assert all("StrictHostKeyChecking=no" not in a for a in argv)
