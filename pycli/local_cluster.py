@@ -19,15 +19,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import docker
-from docker.errors import APIError, NotFound
-from docker.models.containers import Container
+from typing import TYPE_CHECKING
 
 from pycli import runner
 from pycli.errors import BadInput, PycliError, Unreachable
 from pycli.inventory_writer import HostEntry, render_inventory, write_text_atomically
 from pycli.local_image import ImageSpec, ensure_image
 from pycli.paths import PROJECT_ROOT, new_run_dir, state_dir
+
+if TYPE_CHECKING:  # the docker SDK costs a quarter second to import: only commands that use it pay
+    import docker
+    from docker.models.containers import Container
 
 LABEL_CLUSTER = "io.pycli.cluster"
 LABEL_NODE = "io.pycli.node"
@@ -244,6 +246,8 @@ def up(
         )
     if inventory.exists() and INVENTORY_MARKER not in inventory.read_text(errors="replace"):
         raise BadInput(f"{inventory} exists and was not written by pycli; pass another --inventory")
+    from docker.errors import NotFound
+
     try:
         client.networks.get(network_name(name))
         raise BadInput(f"docker network {network_name(name)} already exists; remove it or choose another --name")
@@ -275,6 +279,8 @@ def up(
 
 
 def _create(client, plan: ClusterPlan, tag: str, secrets: Path, inventory: Path, say) -> Path:
+    import docker
+
     started = time.monotonic()
     key = _ensure_keypair(secrets, plan.name)
     labels = {LABEL_CLUSTER: plan.name}
@@ -335,6 +341,8 @@ def _create(client, plan: ClusterPlan, tag: str, secrets: Path, inventory: Path,
 
 
 def _remove(client: docker.DockerClient, name: str, inventory: Path | None, secrets: Path | None) -> list[str]:
+    from docker.errors import APIError, NotFound
+
     removed = []
     for container in _cluster_containers(client, name):
         recorded = container.labels.get(LABEL_INVENTORY)

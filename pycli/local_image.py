@@ -18,11 +18,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import docker
-from docker.errors import ImageNotFound
+from typing import TYPE_CHECKING
 
 from pycli.errors import BadInput, PycliError
 from pycli.paths import cache_dir
+
+if TYPE_CHECKING:
+    import docker
 
 IMAGE_REPOSITORY = "pycli-node"
 DEFAULT_SUITE = "bookworm"
@@ -85,6 +87,8 @@ def _read_ca_bundle(path: Path) -> bytes:
 
 
 def image_exists(client: docker.DockerClient, spec: ImageSpec) -> bool:
+    from docker.errors import ImageNotFound
+
     try:
         client.images.get(spec.tag)
     except ImageNotFound:
