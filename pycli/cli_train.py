@@ -23,9 +23,8 @@ def train_cmd(
     resume: Path | None = typer.Option(None, "--resume", help="Checkpoint (from an earlier run's results) to continue from."),
 ) -> None:
     """Run WORKLOAD on --np processes across the inventory's nodes, started from the launcher node."""
-    raise typer.Exit(
-        train(
-            inventory, np=np, workload=workload, launcher=launcher, backend=backend, script_args=script_args or [],
-            network_interface=network_interface, data_dir=data_dir, resume=resume,
-        )
+    outcome = train(
+        inventory, np=np, workload=workload, launcher=launcher, backend=backend, script_args=script_args or [],
+        network_interface=network_interface, data_dir=data_dir, resume=resume,
     )
+    raise typer.Exit(outcome.code)

@@ -256,15 +256,13 @@ def stage(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
     )
 
 
-def collect(plan: JobPlan, inventory: Path, run_dir: Path) -> Path:
-    """Fetch rank 0's metrics and checkpoints into the run folder."""
-    results = run_dir / "results"
+def collect(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
+    """Fetch rank 0's metrics and checkpoints into run_dir/results."""
     _run_playbook(
         inventory, COLLECT_PLAYBOOK, run_dir / "collect",
-        {"pycli_job_dir": str(plan.job_dir), "pycli_results_dir": str(results)},
+        {"pycli_job_dir": str(plan.job_dir), "pycli_results_dir": str(run_dir / "results")},
         plan.rank0.name, "fetching the results",
     )
-    return results
 
 
 def stop_strays(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
@@ -385,19 +383,32 @@ def workload_needs_data(workload: str) -> bool:
     return workload in WORKLOADS and WORKLOADS[workload][2]
 
 
-def summary_line(results: Path) -> str | None:
-    """The last metrics record of the job, as one line."""
+def read_metrics(results: Path) -> list[dict]:
+    """The job's metrics records (rank 0's metrics.jsonl), oldest first."""
     import json
 
     metrics = results / "metrics.jsonl"
     if not metrics.exists():
+        return []
+    return [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+
+
+def summary_line(records: Sequence[dict]) -> str | None:
+    """The last metrics record of the job, as one line."""
+    if not records:
         return None
-    lines = [line for line in metrics.read_text().splitlines() if line.strip()]
-    if not lines:
-        return None
-    last = json.loads(lines[-1])
+    last = records[-1]
     keys = ("epoch", "train_loss", "val_loss", "val_accuracy", "samples_per_s", "total_img_per_s")
     return ", ".join(f"{k} {last[k]:.4g}" if isinstance(last[k], float) else f"{k} {last[k]}" for k in keys if k in last)
+
+
+@dataclass(frozen=True)
+class TrainOutcome:
+    code: int  # the design's exit code: 0 ok, 1 the job failed, 130 interrupted
+    run_dir: Path
+    results: Path
+    records: tuple[dict, ...]
+    plan: JobPlan
 
 
 def train(
@@ -412,7 +423,9 @@ def train(
     data_dir: Path | None,
     resume: Path | None,
     write: Callable[[str], None] = print,
-) -> int:
+    run_dir: Path | None = None,
+) -> TrainOutcome:
+    """Plan, stage, run and collect one job; `run_dir` defaults to a new runs/<time>-train/."""
     from pycli.cluster_model import load_cluster
     from pycli.datasets import digits_dataset
 
@@ -432,7 +445,8 @@ def train(
         layout=layout, job_id=new_job_id(), data_dir=data_dir, resume=resume,
         network_interface=network_interface or settings.get("pycli_network_interface") or None,
     )
-    run_dir = new_run_dir("train")
+    run_dir = run_dir or new_run_dir("train")
+    run_dir.mkdir(parents=True, exist_ok=True)
     commands = launch_commands(plan)
     (run_dir / "job.txt").write_text(
         f"job {plan.job_id}\nhosts {','.join(h.name for h in plan.hosts)}\n"
@@ -448,13 +462,16 @@ def train(
     finally:
         stop_strays(plan, inventory, run_dir)
     took = time.monotonic() - started
+    results = run_dir / "results"
     if code == EXIT_INTERRUPTED:
         write(f"pycli: job interrupted after {took:.0f} s; no process of it is left on any node")
-        return code
-    results = collect(plan, inventory, run_dir)
-    summary = summary_line(results)
+        return TrainOutcome(code, run_dir, results, (), plan)
+    collect(plan, inventory, run_dir)
+    records = tuple(read_metrics(results))
+    summary = summary_line(records)
     if code == 0:
         write(f"pycli: job finished in {took:.0f} s{': ' + summary if summary else ''}; results in {results}")
     else:
         write(f"pycli: job failed (exit {code}) after {took:.0f} s; output above, partial results in {results}")
-    return code if code in (0, EXIT_INTERRUPTED) else EXIT_FAILED
+        code = EXIT_FAILED
+    return TrainOutcome(code, run_dir, results, records, plan)
