@@ -48,6 +48,12 @@ class HostEntry:
 
 def ini_value(value: object) -> str:
     """A value as Ansible's INI loader reads it back to the same thing."""
+    if isinstance(value, (dict, list)):
+        # Ansible reads a [group:vars] value with Python's literal_eval.
+        text = repr(value)
+        if "\n" in text:
+            raise BadInput(f"value {text!r} spans lines and cannot be written to an INI inventory")
+        return text
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):

@@ -109,7 +109,29 @@ def plan_cluster(name: str, count: int, subnet: ipaddress.IPv4Network) -> Cluste
     return ClusterPlan(name=name, network=network_name(name), subnet=subnet, nodes=nodes)
 
 
-def render_local_inventory(plan: ClusterPlan, key: Path, known_hosts: Path) -> str:
+# What the local test bed needs beyond the role defaults: these nodes are containers on a
+# machine that may reach only PyPI and the Debian mirror (the settings a user behind a
+# firewall makes too). Open MPI is Debian's copy of the upstream 4.1.4 tarball; its sha256
+# is the one in the Checksums-Sha256 of Debian's signed openmpi_4.1.4-3.dsc.
+LOCAL_BED_VARS: dict[str, object] = {
+    "openmpi_version": "4.1.4",
+    "openmpi_source_url": "http://deb.debian.org/debian/pool/main/o/openmpi/openmpi_4.1.4.orig.tar.xz",
+    "openmpi_source_sha256": "ddaee7dbdb01eb4fab1fda5b5e03e8bbff026711806c095c1f39bb410f99f263",
+    "docker_package_source": "distribution",
+    # Docker inside a node container: no NET_ADMIN, so no iptables rules and no bridge.
+    "docker_daemon_options": {"iptables": False, "ip6tables": False, "bridge": "none"},
+}
+LOCAL_BED_COMMENTS = {
+    "openmpi_version": "Test bed: Open MPI from Debian's mirror (see pycli/local_cluster.py for the checksum's source).",
+    "docker_package_source": "Test bed: Docker from Debian; nodes are containers, so Docker runs without iptables or a bridge.",
+    "common_extra_ca_bundle": "Test bed: the CA bundle baked into the node image, trusted by pip on the nodes too.",
+}
+
+
+def render_local_inventory(plan: ClusterPlan, key: Path, known_hosts: Path, ca_bundle: Path | None = None) -> str:
+    bed_vars = dict(LOCAL_BED_VARS)
+    if ca_bundle is not None:
+        bed_vars["common_extra_ca_bundle"] = str(ca_bundle.resolve())
     return render_inventory(
         [HostEntry(name=node.hostname, address=node.address) for node in plan.nodes],
         header=[
@@ -127,11 +149,13 @@ def render_local_inventory(plan: ClusterPlan, key: Path, known_hosts: Path) -> s
             "slots": 1,
             "pycli_network_interface": "eth0",
             "pycli_local_cluster": plan.name,
+            **bed_vars,
         },
         var_comments={
             "ansible_ssh_common_args": "Host keys of every node, by name and address.",
             "slots": "Processes per node: these nodes have no GPU.",
             "pycli_network_interface": "The NIC ranks talk over (a node running Docker also has docker0).",
+            **LOCAL_BED_COMMENTS,
         },
     )
 
@@ -271,14 +295,14 @@ def up(
     secrets = cluster_state_dir(name)
     made_secrets = not secrets.exists()
     try:
-        return _create(client, plan, tag, secrets, inventory, say)
+        return _create(client, plan, tag, secrets, inventory, image, say)
     except BaseException:
         say(f"cluster {name!r} did not come up; removing what was made")
         _remove(client, name, inventory, secrets if made_secrets else None)
         raise
 
 
-def _create(client, plan: ClusterPlan, tag: str, secrets: Path, inventory: Path, say) -> Path:
+def _create(client, plan: ClusterPlan, tag: str, secrets: Path, inventory: Path, image: ImageSpec, say) -> Path:
     import docker
 
     started = time.monotonic()
@@ -328,7 +352,7 @@ def _create(client, plan: ClusterPlan, tag: str, secrets: Path, inventory: Path,
             known_hosts_lines.append(f"{node.hostname},{node.address} {host_key}")
     known_hosts = secrets / "known_hosts"
     write_text_atomically(known_hosts, "\n".join(known_hosts_lines) + "\n", force=True, mode=0o600)
-    write_text_atomically(inventory, render_local_inventory(plan, key, known_hosts), force=True)
+    write_text_atomically(inventory, render_local_inventory(plan, key, known_hosts, image.ca_bundle), force=True)
 
     result = _ping_all(inventory)
     missing = [n.hostname for n in plan.nodes if n.hostname not in result.hosts or result.hosts[n.hostname].ok == 0]

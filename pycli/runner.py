@@ -77,6 +77,8 @@ def runner_env() -> dict[str, str]:
     """Environment for Ansible: the project's config, and this interpreter's tools on PATH."""
     tools = str(Path(sys.executable).parent)
     return {
+        # ansible-runner turns host-key checking off unless told otherwise; never here.
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_CONFIG": str(PROJECT_ROOT / "ansible.cfg"),
         "ANSIBLE_ROLES_PATH": str(PROJECT_ROOT / "roles"),
         "PATH": tools + os.pathsep + os.environ.get("PATH", ""),

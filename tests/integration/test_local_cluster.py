@@ -100,3 +100,17 @@ def test_down_removes_containers_network_inventory_and_keys(docker_engine, tmp_p
     assert not inventory.exists()
     again = run_pycli("cluster", "down", "--name", name, check=True)
     assert "nothing to remove" in again.stdout
+
+
+def test_ansible_through_pycli_refuses_a_host_whose_key_is_not_known(local_cluster, tmp_path):
+    # ansible-runner switches host-key checking off by default; pycli's adapter must not let it.
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    key, known_hosts, _ = _vars(local_cluster)
+    inventory = tmp_path / "unknown-keys.ini"
+    # A fresh connection: an open ControlPersist master from an earlier test would skip the check.
+    inventory.write_text(local_cluster.read_text().replace(known_hosts, f"{empty} -o ControlPath=none"))
+    result = runner.run(runner.RunRequest(inventory=inventory, pattern="node1", module="ping"), tmp_path / "run")
+    assert result.unreachable == ["node1"]
+    message = " ".join(result.hosts["node1"].messages)
+    assert "Host key verification failed" in message or "you have requested strict checking" in message

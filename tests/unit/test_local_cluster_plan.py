@@ -86,3 +86,19 @@ def test_inventory_reads_back_through_ansible(tmp_path):
     # A path with a space survives quoting, and host keys are never switched off.
     assert merged["ansible_ssh_common_args"] == "-o UserKnownHostsFile=/keys/known hosts"
     assert "StrictHostKeyChecking" not in text
+
+
+def test_test_bed_settings_read_back_as_data(tmp_path):
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    plan = plan_cluster("demo", 1, ipaddress.ip_network("172.28.7.0/24"))
+    ca = tmp_path / "ca.pem"
+    ca.write_text("x")
+    path = tmp_path / "local-demo.ini"
+    path.write_text(render_local_inventory(plan, Path("/k"), Path("/kh"), ca))
+    inventory = InventoryManager(loader=DataLoader(), sources=[str(path)])
+    merged = inventory.groups["nodes"].get_vars()
+    assert merged["docker_daemon_options"] == {"iptables": False, "ip6tables": False, "bridge": "none"}
+    assert merged["openmpi_source_sha256"] == "ddaee7dbdb01eb4fab1fda5b5e03e8bbff026711806c095c1f39bb410f99f263"
+    assert merged["common_extra_ca_bundle"] == str(ca.resolve())

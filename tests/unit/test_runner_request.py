@@ -14,6 +14,7 @@ def test_adhoc_request_names_module_pattern_and_project_config(tmp_path):
     assert kwargs["module"] == "ping" and kwargs["host_pattern"] == "nodes"
     assert kwargs["inventory"] == str((tmp_path / "hosts.ini").resolve())
     assert kwargs["envvars"]["ANSIBLE_CONFIG"] == str(PROJECT_ROOT / "ansible.cfg")
+    assert kwargs["envvars"]["ANSIBLE_HOST_KEY_CHECKING"] == "True"
     assert "playbook" not in kwargs and "cmdline" not in kwargs
 
 
