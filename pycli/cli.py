@@ -9,6 +9,8 @@ from typer._click import exceptions as click_errors  # typer vendors click since
 
 from pycli import __version__
 from pycli.errors import EXIT_BAD_INPUT, EXIT_FAILED, PycliError
+from pycli.cli_bench import bench_cmd
+from pycli.cli_check import check_cmd
 from pycli.cli_cluster import cluster_app
 from pycli.cli_inventory import hostfile_cmd, inventory_app
 from pycli.cli_provision import provision_cmd
@@ -27,6 +29,8 @@ app.add_typer(inventory_app, name="inventory")
 app.command("hostfile")(hostfile_cmd)
 app.command("provision")(provision_cmd)
 app.command("train")(train_cmd)
+app.command("bench")(bench_cmd)
+app.command("check")(check_cmd)
 
 
 def _version(value: bool) -> None:

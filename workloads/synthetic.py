@@ -89,7 +89,7 @@ def main() -> None:
     log = Metrics(args.metrics, comm.rank)
 
     def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad()  # Horovod 0.28.1 takes no set_to_none (torch 2.x clears to None anyway)
         with autocast(device, args.amp):
             loss = F.cross_entropy(model(data), target)
         loss.backward()

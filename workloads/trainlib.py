@@ -368,7 +368,7 @@ def train(comm, args) -> dict:
             (scaler.scale(loss) if scaler else loss).div(accumulate).backward()
             if (step + 1) % accumulate == 0:
                 comm.step(optimizer, scaler)
-                optimizer.zero_grad(set_to_none=True)
+                optimizer.zero_grad()  # Horovod 0.28.1 takes no set_to_none (torch 2.x clears to None anyway)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             step_times.append(time.perf_counter() - began)
@@ -418,3 +418,54 @@ def run(main) -> None:
     except WorkloadError as exc:
         print(f"{Path(sys.argv[0]).name}: error: {exc}", file=sys.stderr, flush=True)
         sys.exit(2)
+
+
+# --- collectives on arbitrary tensors (workloads/allreduce.py) ---------------------------
+
+
+def allreduce_sum_(comm, tensor: torch.Tensor, name: str) -> torch.Tensor:
+    """Sum `tensor` over every rank in place, through the job's own collective library.
+
+    Horovod picks the data path by where the tensor lives (NCCL for CUDA tensors when built
+    with it, else the controller's MPI or Gloo); torch.distributed uses its process group.
+    """
+    if comm.name == "horovod":
+        return comm.hvd.allreduce_(tensor, op=comm.hvd.Sum, name=name)
+    comm.dist.all_reduce(tensor)
+    return tensor
+
+
+def barrier(comm) -> None:
+    """Every rank waits here for the others (so timing starts together)."""
+    if comm.name == "horovod":
+        comm.hvd.barrier()
+    else:
+        comm.dist.barrier()
+
+
+def data_path(comm, device: torch.device) -> str:
+    """The library that moves an allreduce's bytes: nccl, gloo or mpi."""
+    if comm.name != "horovod":
+        return comm.backend
+    hvd = comm.hvd
+    if device.type == "cuda" and hvd.nccl_built():
+        return "nccl"
+    return "gloo" if hvd.gloo_enabled() else "mpi"
+
+
+def allgather_floats(comm, values: list[float], name: str) -> list[list[float]]:
+    """Every rank's list of numbers (the same length on each), in rank order.
+
+    A tensor allgather: unlike `gather` (allgather_object) it needs neither NumPy, which
+    Horovod's object gather uses and a node may lack, nor pickling.
+    """
+    on_gpu = comm.name != "horovod" and comm.backend == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    if comm.name == "horovod":
+        gathered = comm.hvd.allgather(tensor.unsqueeze(0), name=name)
+    else:
+        parts = [torch.empty_like(tensor) for _ in range(comm.size)]
+        comm.dist.all_gather(parts, tensor)
+        gathered = torch.stack(parts)
+    return gathered.cpu().tolist()

@@ -1,0 +1,35 @@
+"""`pycli bench`: the backend x scale matrix (seed 003) and the launcher comparison (seed 004)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+# The command's defaults; tests/unit/test_bench.py keeps them equal to pycli.bench's. The
+# module itself is imported when the command runs, so `pycli --help` stays quick.
+DEFAULT_ALLREDUCE_SIZES = "4K:256M"
+
+
+def bench_cmd(
+    workload_args: list[str] = typer.Argument(None, help="Extra arguments for the workload, after '--'."),
+    inventory: Path | None = typer.Option(None, "--inventory", "-i", help="Default: the local cluster that is up."),
+    backends: str = typer.Option("mpi,gloo,nccl", "--backends", help="Comma-separated: mpi, gloo, nccl."),
+    process_counts: str = typer.Option("1,2,4", "--np", help="Process counts, comma-separated (1 is always run: the baseline)."),
+    workload: str = typer.Option("synthetic", "--workload", help="synthetic (ResNet-style, random data) or mnist (digits)."),
+    launchers: str = typer.Option("horovod", "--launchers", help="Comma-separated: horovod (horovodrun), mpirun, torchrun."),
+    repeat: int = typer.Option(3, "--repeat", help="Runs per combination; the spread is taken over them."),
+    allreduce_sizes: str = typer.Option(DEFAULT_ALLREDUCE_SIZES, "--allreduce-sizes", help="MIN:MAX (doubling) or a comma list, e.g. 4K:256M."),
+    allreduce_iters: int = typer.Option(5, "--allreduce-iters", help="Timed allreduces per size."),
+    no_allreduce: bool = typer.Option(False, "--no-allreduce", help="Skip the allreduce microbenchmark and iperf3."),
+    iperf_seconds: int = typer.Option(5, "--iperf-seconds", help="Length of the raw TCP measurement."),
+) -> None:
+    """Run WORKLOAD over each backend and launcher on 1..N processes, within and across servers; write a report."""
+    from pycli.bench import bench, bench_request
+
+    request = bench_request(
+        backends=backends, process_counts=process_counts, launchers=launchers, workload=workload, repeat=repeat,
+        workload_args=workload_args or [], allreduce_sizes=None if no_allreduce else allreduce_sizes,
+        allreduce_iters=allreduce_iters, iperf_seconds=iperf_seconds,
+    )
+    raise typer.Exit(bench(inventory, request))
