@@ -181,7 +181,9 @@ def horovodrun_argv(plan: JobPlan) -> list[str]:
     ports = {h.port for h in plan.hosts}
     if ports != {22}:
         argv += ["-p", str(ports.pop())]
-    if plan.network_interface:
+    # horovodrun looks the interface up on every host it talks to; with one host that is
+    # 127.0.0.1, which has no such interface, and the job fails.
+    if plan.network_interface and len(plan.hosts) > 1:
         argv += ["--network-interface", plan.network_interface]
     return argv + _program(plan)
 

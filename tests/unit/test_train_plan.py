@@ -105,3 +105,10 @@ def test_ssh_keeps_host_key_checking_and_takes_the_inventory_options():
     assert "StrictHostKeyChecking=yes" in argv and argv[-2:] == ["root@10.9.0.1", "hostname"]
     assert argv[argv.index("-p") + 1] == "2222" and "/k" in argv and "UserKnownHostsFile=/kh" in argv
     assert all("StrictHostKeyChecking=no" not in a for a in argv)
+
+
+def test_horovodrun_names_the_interface_only_across_hosts():
+    _, across = only_line(plan(np=4, network_interface="eth0"))
+    assert across[across.index("--network-interface") + 1] == "eth0"
+    _, single = only_line(plan(np=2, network_interface="eth0"))
+    assert "--network-interface" not in single
