@@ -84,6 +84,7 @@ def main() -> None:
     model = SmallResNet(args.width).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * comm.size)
     model, optimizer = comm.wrap(model, optimizer, args)
+    comm.broadcast_state(model, optimizer)
     data = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device)
     target = torch.randint(0, 1000, (args.batch_size,), device=device)
     log = Metrics(args.metrics, comm.rank)

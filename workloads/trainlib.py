@@ -133,16 +133,20 @@ class HorovodComm:
     def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer, args) -> tuple[nn.Module, torch.optim.Optimizer]:
         hvd = self.hvd
         compression = hvd.Compression.fp16 if getattr(args, "fp16_allreduce", False) else hvd.Compression.none
+        # A new optimizer of the same class over the same parameter groups: any state the
+        # old one held is not carried over, so checkpoints are loaded after wrapping.
         optimizer = hvd.DistributedOptimizer(
             optimizer,
             named_parameters=model.named_parameters(),
             compression=compression,
             backward_passes_per_step=getattr(args, "backward_passes_per_step", 1),
         )
-        # Every rank starts from rank 0's weights and optimizer state (also after --resume).
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         return model, optimizer
+
+    def broadcast_state(self, model: nn.Module, optimizer) -> None:
+        """Every rank starts from rank 0's weights and optimizer state (also after --resume)."""
+        self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        self.hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
     def step(self, optimizer, scaler) -> None:
         if scaler is None:
@@ -205,6 +209,10 @@ class TorchComm:
         # DDP broadcasts rank 0's parameters when it wraps the model; optimizer state comes
         # from the same checkpoint file on every rank.
         return DistributedDataParallel(model, device_ids=ids), optimizer
+
+    def broadcast_state(self, model: nn.Module, optimizer) -> None:
+        """DDP broadcast rank 0's weights when it wrapped the model; after --resume every rank
+        loaded the same checkpoint file, so there is nothing left to send."""
 
     def step(self, optimizer, scaler) -> None:
         if scaler is None:
@@ -333,10 +341,11 @@ def train(comm, args) -> dict:
     scale = comm.size * accumulate if args.auto_scale_lr else 1
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * scale, momentum=0.9)
     scaler = torch.amp.GradScaler("cuda") if args.amp and device.type == "cuda" else None
+    model, optimizer = comm.wrap(model, optimizer, args)
     start_epoch = 0
     if args.resume:
         state = load_checkpoint(args.resume)
-        model.load_state_dict(state["model"])
+        comm.unwrap(model).load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start_epoch = int(state["epoch"])
         torch.set_rng_state(state["rng_torch"])
@@ -345,7 +354,7 @@ def train(comm, args) -> dict:
             scaler.load_state_dict(state["scaler"])
         if start_epoch >= args.epochs:
             raise WorkloadError(f"{args.resume} already finished epoch {start_epoch}; ask for more --epochs")
-    model, optimizer = comm.wrap(model, optimizer, args)
+    comm.broadcast_state(model, optimizer)
     metrics = Metrics(args.metrics, comm.rank)
     if comm.rank == 0:
         print(

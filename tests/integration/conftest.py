@@ -43,3 +43,16 @@ def local_cluster(docker_engine, tmp_path_factory) -> Path:
     yield inventory
     if not os.environ.get("PYCLI_KEEP_TEST_CLUSTER"):
         run_pycli("cluster", "down", "--name", CLUSTER, check=True)
+
+
+@pytest.fixture(scope="session")
+def provisioned_cluster(local_cluster) -> Path:
+    """The session's cluster after `pycli provision` (site.yml): Open MPI, Horovod, SSH trust.
+
+    The first run on a machine builds Open MPI and Horovod (about 25 minutes on 2 cores);
+    later runs unpack them from the cache (PYCLI_CACHE) in a few minutes.
+    """
+    proc = run_pycli("provision", str(local_cluster), timeout=3600)
+    if proc.returncode != 0:
+        raise AssertionError(f"pycli provision exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+    return local_cluster

@@ -1,0 +1,141 @@
+"""`pycli train` on the provisioned 2-node local cluster: every launcher, resume, Ctrl-C, bad input."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import docker
+import pytest
+import torch
+
+from pycli.local_cluster import LABEL_CLUSTER
+from tests.conftest import ROOT, run_pycli
+from tests.integration.conftest import CLUSTER
+
+pytestmark = pytest.mark.integration
+FAST = ["--threads", "1"]
+
+
+def train(inventory, *args, timeout=900):
+    return run_pycli("train", "-i", str(inventory), *args, timeout=timeout)
+
+
+def results_of(proc):
+    line = next(l for l in proc.stdout.splitlines() if "results in " in l)
+    return __import__("pathlib").Path(line.rsplit("results in ", 1)[1].strip())
+
+
+def records(results):
+    return [json.loads(l) for l in (results / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def mnist_gloo(provisioned_cluster):
+    proc = train(provisioned_cluster, "mnist", "--np", "2", "--", "--epochs", "3", *FAST)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return proc
+
+
+def test_horovod_gloo_learns_across_both_nodes(mnist_gloo):
+    assert "via horovodrun --gloo" in mnist_gloo.stdout
+    assert "[0]<stdout>:" in mnist_gloo.stdout  # output streamed with rank prefixes
+    got = records(results_of(mnist_gloo))
+    assert [r["epoch"] for r in got] == [1, 2, 3] and all(r["ranks"] == 2 for r in got)
+    assert got[-1]["train_loss"] < got[0]["train_loss"]
+    assert got[-1]["val_accuracy"] > 0.5  # chance is 0.1
+
+
+def test_checkpoint_is_fetched_and_resume_continues_with_the_same_metrics(provisioned_cluster, mnist_gloo, tmp_path):
+    straight = records(results_of(mnist_gloo))
+    first = train(provisioned_cluster, "mnist", "--np", "2", "--", "--epochs", "2", *FAST)
+    assert first.returncode == 0, first.stdout[-3000:]
+    checkpoint = results_of(first) / "checkpoints" / "last.pt"
+    assert torch.load(checkpoint, weights_only=False)["epoch"] == 2
+    resumed = train(provisioned_cluster, "mnist", "--np", "2", "--resume", str(checkpoint), "--", "--epochs", "3", *FAST)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "from epoch 3" in resumed.stdout
+    (third,) = records(results_of(resumed))
+    assert third["epoch"] == 3
+    for key in ("train_loss", "val_loss", "val_accuracy"):
+        assert third[key] == pytest.approx(straight[2][key], rel=1e-5), key
+
+
+def test_horovod_with_the_mpi_controller(provisioned_cluster):
+    proc = train(provisioned_cluster, "synthetic", "--np", "2", "--backend", "mpi", "--",
+                 "--width", "8", "--image-size", "32", "--batch-size", "4", "--num-iters", "2", *FAST)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "via horovodrun --mpi" in proc.stdout
+    (record,) = records(results_of(proc))
+    assert record["ranks"] == 2 and record["total_img_per_s"] > 0
+
+
+def test_plain_mpirun_launcher(provisioned_cluster):
+    proc = train(provisioned_cluster, "mnist", "--np", "2", "--launcher", "mpirun", "--", "--epochs", "1", *FAST)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "[1,0]<stdout>:" in proc.stdout or "[1,0]<stdout>" in proc.stdout  # mpirun --tag-output
+    assert records(results_of(proc))[0]["ranks"] == 2
+
+
+def test_torchrun_ddp_on_every_node(provisioned_cluster):
+    proc = train(provisioned_cluster, "ddp", "--np", "2", "--", "--epochs", "2", *FAST)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "[node1] training on 2 process(es) via ddp" in proc.stdout  # rank 0 prints, prefixed by its node
+    got = records(results_of(proc))
+    assert got[-1]["launcher"] == "ddp" and got[-1]["ranks"] == 2 and got[-1]["val_accuracy"] > 0.3
+
+
+def _job_processes():
+    client = docker.from_env()
+    found = {}
+    for container in client.containers.list(filters={"label": f"{LABEL_CLUSTER}={CLUSTER}"}):
+        code, out = container.exec_run(["pgrep", "-af", "/srv/pycli/jobs/"])
+        found[container.name] = out.decode().strip() if code == 0 else ""
+    return found
+
+
+def test_ctrl_c_stops_every_rank_on_every_node(provisioned_cluster):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pycli", "train", "synthetic", "--np", "2", "-i", str(provisioned_cluster), "--",
+         "--width", "8", "--image-size", "32", "--num-iters", "1000", *FAST],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    seen = []
+    deadline = time.monotonic() + 300
+    for line in proc.stdout:
+        seen.append(line)
+        if "iter 1:" in line or time.monotonic() > deadline:
+            break
+    assert any("iter 1:" in l for l in seen), "".join(seen)[-3000:]
+    assert all(_job_processes().values()), "both nodes should be running ranks"
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, rest[-3000:]
+    assert "no process of it is left" in rest
+    assert not any(_job_processes().values()), _job_processes()
+
+
+@pytest.mark.parametrize(
+    ("args", "message", "code"),
+    [
+        (["mnist", "--np", "3"], "more than the 2 slots", 2),
+        (["mnist", "--np", "0"], "at least 1", 2),
+        (["resnet50", "--np", "1"], "unknown workload", 2),
+        (["missing/train.py", "--np", "1"], "does not exist", 2),
+        (["mnist", "--np", "1", "--launcher", "torchrun"], "use the ddp workload", 2),
+    ],
+)
+def test_bad_input_is_one_line(local_cluster, args, message, code):
+    proc = run_pycli("train", *args, "-i", str(local_cluster))
+    assert proc.returncode == code and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_unreachable_nodes_exit_4(local_cluster, tmp_path):
+    text = local_cluster.read_text()
+    prefix = text.split("node1 ansible_host=")[1].split()[0].rsplit(".", 1)[0]
+    dead = tmp_path / "dead.ini"
+    dead.write_text(text.replace("[nodes]\n", f"[nodes]\nghost ansible_host={prefix}.250\n")
+                    .replace("[nodes:vars]\n", "[nodes:vars]\nansible_ssh_timeout=3\n"))
+    proc = run_pycli("train", "mnist", "--np", "1", "-i", str(dead))
+    assert proc.returncode == 4 and "cannot reach ghost" in proc.stderr, proc.stdout + proc.stderr
