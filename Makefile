@@ -20,7 +20,8 @@ export PATH := $(abspath $(BIN)):$(PATH)
 demo: host venv
 	$(BIN)/pycli cluster up --name $(NAME) --nodes $(NODES) $(CA_FLAG)
 	$(BIN)/pycli provision inventory/local-$(NAME).ini
-	$(BIN)/pycli train mnist --np $(NODES) -i inventory/local-$(NAME).ini -- --epochs 5
+	# One torch thread per rank: the local nodes share this machine's cores.
+	$(BIN)/pycli train mnist --np $(NODES) -i inventory/local-$(NAME).ini -- --epochs 5 --threads 1
 
 # Integration tests provision a cluster first, which fills the cache the molecule
 # scenarios then reuse.
