@@ -289,6 +289,15 @@ def _pyplot():
     return plt
 
 
+def _save(plt, figure, axes, path: Path) -> None:
+    """The finish every plot shares: grid, legend, tight layout, a PNG, the figure closed."""
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
 def plot_scaling(document: Mapping, throughput_path: Path, efficiency_path: Path) -> list[Path]:
     series = scaling_series(document["cells"])
     if not series:
@@ -313,11 +322,7 @@ def plot_scaling(document: Mapping, throughput_path: Path, efficiency_path: Path
     axes.set_ylabel(f"throughput ({unit})")
     axes.set_xticks(ticks)
     axes.set_title(f"{document['workload']}: throughput (mean ± 95 % interval)")
-    axes.grid(True, alpha=0.3)
-    axes.legend(fontsize="small")
-    figure.tight_layout()
-    figure.savefig(throughput_path, dpi=120)
-    plt.close(figure)
+    _save(plt, figure, axes, throughput_path)
 
     figure, axes = plt.subplots(figsize=(7, 4.5))
     for index, (label, points) in enumerate(series.items()):
@@ -330,11 +335,7 @@ def plot_scaling(document: Mapping, throughput_path: Path, efficiency_path: Path
     axes.set_xticks(ticks)
     axes.set_ylim(bottom=0)
     axes.set_title(f"{document['workload']}: scaling efficiency (mean ± 95 % interval)")
-    axes.grid(True, alpha=0.3)
-    axes.legend(fontsize="small")
-    figure.tight_layout()
-    figure.savefig(efficiency_path, dpi=120)
-    plt.close(figure)
+    _save(plt, figure, axes, efficiency_path)
     return [throughput_path, efficiency_path]
 
 
@@ -359,11 +360,7 @@ def plot_allreduce(document: Mapping, path: Path) -> list[Path]:
     axes.set_ylim(bottom=0)
     axes.set_ylabel("bus bandwidth (GB/s)")
     axes.set_title("allreduce bus bandwidth (mean ± 95 % interval)")
-    axes.grid(True, alpha=0.3)
-    axes.legend(fontsize="small")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _save(plt, figure, axes, path)
     return [path]
 
 

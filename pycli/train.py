@@ -13,11 +13,10 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 
@@ -72,7 +71,6 @@ class JobPlan:
     network_interface: str | None = None
     data_dir: Path | None = None  # on the controller
     resume: Path | None = None  # on the controller
-    staged: tuple[tuple[str, str], ...] = field(default=())
 
     @property
     def job_dir(self) -> PurePosixPath:
@@ -146,12 +144,11 @@ def plan_job(
                  *(h for h in hosts if h.name != launcher_host.name))
     if launcher == "horovod":
         render_hostfile(hosts, "horovod")  # refuses what horovodrun would misread
-    plan = JobPlan(
+    return JobPlan(
         job_id=job_id, launcher=launcher, backend=backend, np=np, hosts=hosts, script=script,
         script_args=tuple(script_args), layout=layout, network_interface=network_interface,
         data_dir=data_dir if needs_data else None, resume=resume,
     )
-    return plan
 
 
 def workload_args(plan: JobPlan) -> list[str]:

@@ -1,7 +1,7 @@
 """`pycli train`'s planning: hosts, command lines for each launcher, bad input. No SSH, no Ansible."""
 
 import shlex
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import pytest
 
