@@ -118,12 +118,17 @@ LOCAL_BED_VARS: dict[str, object] = {
     "openmpi_source_url": "http://deb.debian.org/debian/pool/main/o/openmpi/openmpi_4.1.4.orig.tar.xz",
     "openmpi_source_sha256": "ddaee7dbdb01eb4fab1fda5b5e03e8bbff026711806c095c1f39bb410f99f263",
     "docker_package_source": "distribution",
-    # Docker inside a node container: no NET_ADMIN, so no iptables rules and no bridge.
-    "docker_daemon_options": {"iptables": False, "ip6tables": False, "bridge": "none"},
+    # Docker inside a node container: no NET_ADMIN, so no iptables rules and no bridge,
+    # and containers start through the image's runc wrapper (pycli/node_files/runc-nested).
+    "docker_daemon_options": {
+        "iptables": False, "ip6tables": False, "bridge": "none",
+        "runtimes": {"runc-nested": {"path": "/usr/local/bin/runc-nested"}},
+        "default-runtime": "runc-nested",
+    },
 }
 LOCAL_BED_COMMENTS = {
     "openmpi_version": "Test bed: Open MPI from Debian's mirror (see pycli/local_cluster.py for the checksum's source).",
-    "docker_package_source": "Test bed: Docker from Debian; nodes are containers, so Docker runs without iptables or a bridge.",
+    "docker_package_source": "Test bed: Docker from Debian; nodes are containers, so Docker runs without iptables or a bridge, containers through the image's runc wrapper.",
     "common_extra_ca_bundle": "Test bed: the CA bundle baked into the node image, trusted by pip on the nodes too.",
 }
 

@@ -99,6 +99,9 @@ def test_test_bed_settings_read_back_as_data(tmp_path):
     path.write_text(render_local_inventory(plan, Path("/k"), Path("/kh"), ca))
     inventory = InventoryManager(loader=DataLoader(), sources=[str(path)])
     merged = inventory.groups["nodes"].get_vars()
-    assert merged["docker_daemon_options"] == {"iptables": False, "ip6tables": False, "bridge": "none"}
+    assert merged["docker_daemon_options"] == {
+        "iptables": False, "ip6tables": False, "bridge": "none",
+        "runtimes": {"runc-nested": {"path": "/usr/local/bin/runc-nested"}}, "default-runtime": "runc-nested",
+    }
     assert merged["openmpi_source_sha256"] == "ddaee7dbdb01eb4fab1fda5b5e03e8bbff026711806c095c1f39bb410f99f263"
     assert merged["common_extra_ca_bundle"] == str(ca.resolve())
