@@ -116,6 +116,12 @@ def _message(event_data: Mapping[str, object]) -> str:
     res = event_data.get("res") or {}
     if isinstance(res, Mapping):
         text = res.get("msg") or res.get("stderr") or res.get("module_stderr") or ""
+        failed_items = [r for r in res.get("results") or () if isinstance(r, Mapping) and r.get("failed")]
+        if failed_items:  # a loop: the first item that failed says why
+            text = failed_items[0].get("msg") or text
+        if text == "non-zero return code" and str(res.get("stderr") or "").strip():
+            # A failed command: what it said is the news, its last line most of all.
+            text = str(res["stderr"]).strip().splitlines()[-1]
     else:
         text = str(res)
     task = event_data.get("task") or ""

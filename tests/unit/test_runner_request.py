@@ -52,3 +52,14 @@ def test_events_fold_into_per_host_counts_and_messages():
     assert (hosts["n1"].ok, hosts["n1"].changed, hosts["n1"].skipped) == (2, 1, 1)
     assert hosts["n2"].failed == 1 and hosts["n2"].messages == ["install openmpi: make failed"]
     assert hosts["n3"].unreachable and "connect refused" in hosts["n3"].messages[0]
+
+
+def test_a_failed_command_is_told_by_its_stderr_and_a_failed_loop_by_its_failed_item():
+    hosts: dict[str, HostResult] = {}
+    collect_host_event(hosts, _event("runner_on_failed", "n1", res={
+        "msg": "non-zero return code", "rc": 125, "stderr": "Unable to find image\ndocker: no such image: x:1.\n"}))
+    collect_host_event(hosts, _event("runner_on_failed", "n2", res={
+        "msg": "One or more items failed",
+        "results": [{"failed": False, "msg": "ok"}, {"failed": True, "msg": "Could not find or access 'x.py'"}]}))
+    assert hosts["n1"].messages == ["install openmpi: docker: no such image: x:1."]
+    assert hosts["n2"].messages == ["install openmpi: Could not find or access 'x.py'"]
