@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from pycli.containers import DEFAULT_SSH_PORT
 from pycli.train import train
 
 
@@ -21,10 +22,23 @@ def train_cmd(
     ),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Folder of MNIST IDX files (default: the 8x8 digits)."),
     resume: Path | None = typer.Option(None, "--resume", help="Checkpoint (from an earlier run's results) to continue from."),
+    docker: str | None = typer.Option(
+        None, "--docker", metavar="IMAGE",
+        help="Run every rank inside a container of IMAGE on its node (--gpus all --ipc=host, host network); "
+        "IMAGE needs python, the launcher and sshd, like horovod/horovod.",
+    ),
+    docker_ssh_port: int = typer.Option(
+        DEFAULT_SSH_PORT, "--docker-ssh-port", help="Port of the sshd in each job container (the nodes' network is shared)."
+    ),
+    docker_opt: list[str] = typer.Option(
+        None, "--docker-opt", metavar="OPTIONS",
+        help="More 'docker run' options for the job containers, e.g. --docker-opt='-v /data:/data' (repeatable).",
+    ),
 ) -> None:
     """Run WORKLOAD on --np processes across the inventory's nodes, started from the launcher node."""
     outcome = train(
         inventory, np=np, workload=workload, launcher=launcher, backend=backend, script_args=script_args or [],
         network_interface=network_interface, data_dir=data_dir, resume=resume,
+        docker_image=docker, docker_ssh_port=docker_ssh_port, docker_options=docker_opt or [],
     )
     raise typer.Exit(outcome.code)

@@ -125,11 +125,20 @@ LOCAL_BED_VARS: dict[str, object] = {
         "runtimes": {"runc-nested": {"path": "/usr/local/bin/runc-nested"}},
         "default-runtime": "runc-nested",
     },
+    # That wrapper keeps a container in its node's network namespace, which is what
+    # `--network host` gives on real hosts; here Docker itself cannot set up a host network,
+    # so job containers get the node's name and address as a host network would give them.
+    "pycli_job_container_network": "none",
+    "pycli_job_container_options": [
+        "--hostname", "{{ inventory_hostname }}", "--add-host", "{{ inventory_hostname }}:{{ ansible_host }}",
+    ],
 }
 LOCAL_BED_COMMENTS = {
     "openmpi_version": "Test bed: Open MPI from Debian's mirror (see pycli/local_cluster.py for the checksum's source).",
     "docker_package_source": "Test bed: Docker from Debian; nodes are containers, so Docker runs without iptables or a bridge, containers through the image's runc wrapper.",
     "common_extra_ca_bundle": "Test bed: the CA bundle baked into the node image, trusted by pip on the nodes too.",
+    "pycli_job_container_network": "Test bed: train --docker containers stay in their node's network (real hosts: host).",
+    "pycli_job_container_options": "Test bed: what a host network gives a container, its node's name and address.",
 }
 
 

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 
-from pycli import runner
+from pycli import containers, runner
 from pycli.cluster_model import Cluster, Host
+from pycli.containers import JobContainer
 from pycli.errors import EXIT_FAILED, BadInput, PycliError, Unreachable
 from pycli.hostfiles import fill_slots, render_hostfile
 from pycli.paths import PROJECT_ROOT, cache_dir, new_run_dir
@@ -29,6 +30,7 @@ from pycli.paths import PROJECT_ROOT, cache_dir, new_run_dir
 WORKLOADS_DIR = PROJECT_ROOT / "workloads"
 STAGE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "stage.yml"
 COLLECT_PLAYBOOK = PROJECT_ROOT / "playbooks" / "collect.yml"
+CONTAINER_PLAYBOOK = PROJECT_ROOT / "playbooks" / "job_container.yml"
 LAUNCHERS = ("horovod", "mpirun", "torchrun")
 BACKENDS = ("gloo", "mpi")
 EXIT_INTERRUPTED = 130
@@ -71,10 +73,24 @@ class JobPlan:
     network_interface: str | None = None
     data_dir: Path | None = None  # on the controller
     resume: Path | None = None  # on the controller
+    container: JobContainer | None = None  # --docker: every rank inside the job's containers
 
     @property
     def job_dir(self) -> PurePosixPath:
         return self.layout.work_dir / "jobs" / self.job_id
+
+    @property
+    def python(self) -> str:
+        # In a container, the image's own interpreter and tools, found on its PATH.
+        return "python3" if self.container else self.layout.python
+
+    def tool(self, name: str) -> str:
+        return name if self.container else self.layout.tool(name)
+
+    @property
+    def ssh_ports(self) -> set[int]:
+        """The ports horovodrun and mpirun reach the job's hosts on (the containers' sshd)."""
+        return {self.container.ssh_port} if self.container else {h.port for h in self.hosts}
 
     @property
     def remote_script(self) -> PurePosixPath:
@@ -109,6 +125,7 @@ def plan_job(
     network_interface: str | None = None,
     data_dir: Path | None = None,
     resume: Path | None = None,
+    container: JobContainer | None = None,
 ) -> JobPlan:
     """Check the request against the cluster and decide every path and host: no side effects."""
     if backend not in BACKENDS:
@@ -147,7 +164,7 @@ def plan_job(
     return JobPlan(
         job_id=job_id, launcher=launcher, backend=backend, np=np, hosts=hosts, script=script,
         script_args=tuple(script_args), layout=layout, network_interface=network_interface,
-        data_dir=data_dir if needs_data else None, resume=resume,
+        data_dir=data_dir if needs_data else None, resume=resume, container=container,
     )
 
 
@@ -169,13 +186,13 @@ def workload_args(plan: JobPlan) -> list[str]:
 
 
 def _program(plan: JobPlan) -> list[str]:
-    return [plan.layout.python, "-u", str(plan.remote_script), *workload_args(plan)]
+    return [plan.python, "-u", str(plan.remote_script), *workload_args(plan)]
 
 
 def horovodrun_argv(plan: JobPlan) -> list[str]:
-    argv = [plan.layout.tool("horovodrun"), "-np", str(plan.np), "-H", render_hostfile(plan.hosts, "horovod").strip()]
+    argv = [plan.tool("horovodrun"), "-np", str(plan.np), "-H", render_hostfile(plan.hosts, "horovod").strip()]
     argv.append("--gloo" if plan.backend == "gloo" else "--mpi")
-    ports = {h.port for h in plan.hosts}
+    ports = plan.ssh_ports
     if ports != {22}:
         argv += ["-p", str(ports.pop())]
     # horovodrun looks the interface up on every host it talks to; with one host that is
@@ -193,7 +210,7 @@ def mpirun_argv(plan: JobPlan, user: str) -> list[str]:
             "-x", "PATH", "-x", "LD_LIBRARY_PATH", "-x", "PYTHONUNBUFFERED=1"]
     if user == "root":
         argv.append("--allow-run-as-root")
-    ports = {h.port for h in plan.hosts}
+    ports = plan.ssh_ports
     if ports != {22}:
         argv += ["-mca", "plm_rsh_args", f"-p {ports.pop()}"]
     if plan.network_interface:
@@ -205,16 +222,21 @@ def mpirun_argv(plan: JobPlan, user: str) -> list[str]:
 
 def torchrun_argv(plan: JobPlan, node_rank: int) -> list[str]:
     host = plan.hosts[node_rank]
-    return [plan.layout.tool("torchrun"), "--nnodes", str(len(plan.hosts)), "--nproc-per-node", str(host.slots),
+    return [plan.tool("torchrun"), "--nnodes", str(len(plan.hosts)), "--nproc-per-node", str(host.slots),
             "--node-rank", str(node_rank), "--master-addr", plan.rank0.address, "--master-port", str(TORCHRUN_PORT),
             str(plan.remote_script), *workload_args(plan)]
 
 
 def remote_shell(plan: JobPlan, argv: Sequence[str]) -> str:
-    """The shell line run on a node: the job's folder, the shared venv first on PATH."""
-    env = [f"PATH={plan.layout.venv / 'bin'}:$PATH", "PYTHONUNBUFFERED=1"]
+    """The shell line run on a node: the job's folder, the shared venv first on PATH.
+
+    With --docker, the same command inside the node's job container, on the image's PATH."""
+    env = ["PYTHONUNBUFFERED=1"]
     if plan.network_interface:
         env += [f"GLOO_SOCKET_IFNAME={plan.network_interface}", f"NCCL_SOCKET_IFNAME={plan.network_interface}"]
+    if plan.container:
+        return containers.exec_line(plan.container, plan.job_id, plan.job_dir, env, argv)
+    env.insert(0, f"PATH={plan.layout.venv / 'bin'}:$PATH")
     return f"cd {shlex.quote(str(plan.job_dir))} && exec env {' '.join(env)} {shlex.join(argv)}"
 
 
@@ -223,7 +245,8 @@ def launch_commands(plan: JobPlan) -> list[tuple[Host, str]]:
     if plan.launcher == "torchrun":
         return [(host, remote_shell(plan, torchrun_argv(plan, i))) for i, host in enumerate(plan.hosts)]
     if plan.launcher == "mpirun":
-        return [(plan.rank0, remote_shell(plan, mpirun_argv(plan, plan.rank0.login_user)))]
+        user = "root" if plan.container else plan.rank0.login_user  # job containers run as root
+        return [(plan.rank0, remote_shell(plan, mpirun_argv(plan, user)))]
     return [(plan.rank0, remote_shell(plan, horovodrun_argv(plan)))]
 
 
@@ -236,18 +259,31 @@ def _run_playbook(inventory: Path, playbook: Path, run_dir: Path, extravars: dic
     if result.unreachable:
         raise Unreachable(f"{what}: cannot reach {', '.join(result.unreachable)}; see {run_dir}")
     if result.status != "successful":
-        detail = "; ".join(f"{h}: {' '.join(r.messages)}" for h, r in result.hosts.items() if r.failed)
+        by_message: dict[str, list[str]] = {}  # the same failure on many hosts is said once
+        for host, host_result in result.hosts.items():
+            if host_result.failed:
+                by_message.setdefault(" ".join(host_result.messages), []).append(host)
+        detail = "; ".join(f"{', '.join(hosts)}: {message}" for message, hosts in by_message.items())
         raise PycliError(f"{what} failed: {detail or result.status}; see {run_dir}")
 
 
-def stage(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
-    """Copy the workload (and data, checkpoint) to the same paths on every node of the job."""
-    items = [{"src": f"{plan.script.parent}/" if plan.script.parent == WORKLOADS_DIR else str(plan.script),
+def stage_items(plan: JobPlan, container_files: Path | None = None) -> list[dict[str, str]]:
+    """What stage.yml copies: {src on the controller, dest on every node}; a '/' copies contents."""
+    # Absolute sources: Ansible would look for a relative one beside the playbook.
+    items = [{"src": f"{plan.script.parent}/" if plan.script.parent == WORKLOADS_DIR else str(plan.script.resolve()),
               "dest": str(plan.job_dir / "workloads") + "/"}]
     if plan.data_dir is not None:
-        items.append({"src": f"{plan.data_dir}/", "dest": f"{remote_data_dir(plan.layout, plan.data_dir)}/"})
+        items.append({"src": f"{plan.data_dir.resolve()}/", "dest": f"{remote_data_dir(plan.layout, plan.data_dir)}/"})
     if plan.resume is not None:
-        items.append({"src": str(plan.resume), "dest": str(plan.job_dir / "resume.pt")})
+        items.append({"src": str(plan.resume.resolve()), "dest": str(plan.job_dir / "resume.pt")})
+    if container_files is not None:
+        items.append({"src": f"{container_files.resolve()}/", "dest": str(plan.job_dir / "container") + "/"})
+    return items
+
+
+def stage(plan: JobPlan, inventory: Path, run_dir: Path, container_files: Path | None = None) -> None:
+    """Copy the workload (and data, checkpoint, container files) to the same paths on every node of the job."""
+    items = stage_items(plan, container_files)
     _run_playbook(
         inventory, STAGE_PLAYBOOK, run_dir / "stage",
         {"pycli_job_dir": str(plan.job_dir), "pycli_stage_items": items},
@@ -262,6 +298,26 @@ def collect(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
         {"pycli_job_dir": str(plan.job_dir), "pycli_results_dir": str(run_dir / "results")},
         plan.rank0.name, "fetching the results",
     )
+
+
+def start_containers(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
+    """--docker: the job's container on every node of the job, its sshd answering."""
+    assert plan.container is not None
+    _run_playbook(
+        inventory, CONTAINER_PLAYBOOK, run_dir / "containers",
+        containers.playbook_vars(plan.container, plan.job_id, plan.job_dir, plan.layout.work_dir, "started"),
+        ",".join(h.name for h in plan.hosts), f"starting the job containers of {plan.container.image}",
+    )
+
+
+def remove_containers(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
+    """--docker: no container of the job is left on any node (and with it, none of its ranks)."""
+    assert plan.container is not None
+    request = runner.RunRequest(
+        inventory=inventory, playbook=CONTAINER_PLAYBOOK, limit=",".join(h.name for h in plan.hosts),
+        extravars=containers.playbook_vars(plan.container, plan.job_id, plan.job_dir, plan.layout.work_dir, "absent"),
+    )
+    runner.run(request, run_dir / "containers-removed")
 
 
 def stop_strays(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
@@ -421,10 +477,15 @@ def train(
     network_interface: str | None,
     data_dir: Path | None,
     resume: Path | None,
+    docker_image: str | None = None,
+    docker_ssh_port: int = containers.DEFAULT_SSH_PORT,
+    docker_options: Sequence[str] = (),
     write: Callable[[str], None] = print,
     run_dir: Path | None = None,
 ) -> TrainOutcome:
-    """Plan, stage, run and collect one job; `run_dir` defaults to a new runs/<time>-train/."""
+    """Plan, stage, run and collect one job; `run_dir` defaults to a new runs/<time>-train/.
+
+    With `docker_image`, every rank runs inside a container of that image on its node."""
     from pycli.cluster_model import load_cluster
     from pycli.datasets import digits_dataset
 
@@ -437,12 +498,16 @@ def train(
         venv=PurePosixPath(str(settings.get("common_venv_path") or NodeLayout.venv)),
         work_dir=PurePosixPath(str(settings.get("common_work_dir") or NodeLayout.work_dir)),
     )
+    container = None
+    if docker_image is not None:
+        container = containers.parse_job_container(docker_image, docker_ssh_port, docker_options, cluster.hosts)
     if data_dir is None and workload_needs_data(workload):
         data_dir = digits_dataset(cache_dir())
     plan = plan_job(
         cluster, np=np, workload=workload, launcher=launcher, backend=backend, script_args=script_args,
         layout=layout, job_id=new_job_id(), data_dir=data_dir, resume=resume,
         network_interface=network_interface or settings.get("pycli_network_interface") or None,
+        container=container,
     )
     run_dir = run_dir or new_run_dir("train")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -452,13 +517,28 @@ def train(
         + "".join(f"{host.name}: {line}\n" for host, line in commands)
     )
     how = f"horovodrun --{plan.backend}" if plan.launcher == "horovod" else plan.launcher
+    inside = f" inside {container.image} containers" if container else ""
     write(f"pycli: job {plan.job_id}: {plan.np} process(es) on {', '.join(h.name for h in plan.hosts)} "
-          f"via {how}; run folder {run_dir}")
-    stage(plan, inventory, run_dir)
+          f"via {how}{inside}; run folder {run_dir}")
+    container_files = None
+    if container is not None:
+        container_files = run_dir / "container"
+        containers.write_container_files(container_files, plan.hosts, container, plan.job_id)
+    try:
+        stage(plan, inventory, run_dir, container_files)
+    finally:
+        if container_files is not None:
+            containers.forget_private_keys(container_files)
     started = time.monotonic()
     try:
+        if container is not None:
+            start_containers(plan, inventory, run_dir)
+            write(f"pycli: job containers up on {', '.join(h.name for h in plan.hosts)} "
+                  f"(sshd on port {container.ssh_port}) in {time.monotonic() - started:.0f} s")
         code = run_job(plan, write)
     finally:
+        if container is not None:
+            remove_containers(plan, inventory, run_dir)
         stop_strays(plan, inventory, run_dir)
     took = time.monotonic() - started
     results = run_dir / "results"

@@ -7,7 +7,7 @@ import pytest
 
 from pycli.cluster_model import Cluster, Host
 from pycli.errors import BadInput
-from pycli.train import NodeLayout, launch_commands, plan_job, remote_data_dir, ssh_argv, workload_args
+from pycli.train import NodeLayout, launch_commands, plan_job, remote_data_dir, ssh_argv, stage_items, workload_args
 
 LAYOUT = NodeLayout()
 
@@ -112,3 +112,14 @@ def test_horovodrun_names_the_interface_only_across_hosts():
     assert across[across.index("--network-interface") + 1] == "eth0"
     _, single = only_line(plan(np=2, network_interface="eth0"))
     assert "--network-interface" not in single
+
+
+def test_staged_sources_are_absolute_even_when_given_relative(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "train.py").write_text("print('hi')\n")
+    (tmp_path / "data").mkdir()
+    p = plan(workload="jobs/train.py", data_dir=Path("data"))
+    items = stage_items(p, Path("container"))
+    assert [i["src"] for i in items] == [str(tmp_path / "jobs" / "train.py"), f"{tmp_path / 'data'}/", f"{tmp_path / 'container'}/"]
+    assert items[0]["dest"] == "/srv/pycli/jobs/j1/workloads/" and items[2]["dest"] == "/srv/pycli/jobs/j1/container/"

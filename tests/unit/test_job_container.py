@@ -1,0 +1,124 @@
+"""`pycli train --docker`: the checks, the key files, and the command lines run inside containers."""
+
+import shlex
+import stat
+import subprocess
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from pycli import containers
+from pycli.cluster_model import Cluster, Host
+from pycli.errors import BadInput
+from pycli.train import NodeLayout, launch_commands, plan_job
+
+HOSTS = (Host(name="n1", address="10.9.0.1", user="train", slots=2), Host(name="n2", address="10.9.0.2", user="train", slots=2))
+
+
+def job(launcher=None, workload="mnist", options=(), port=containers.DEFAULT_SSH_PORT, **kw):
+    container = containers.parse_job_container("horovod/horovod:0.28.1", port, options, HOSTS)
+    return plan_job(
+        Cluster(hosts=HOSTS, launcher="n1"), np=4, workload=workload, launcher=launcher, backend=kw.pop("backend", "gloo"),
+        script_args=[], layout=NodeLayout(), job_id="j1", data_dir=Path("/tmp"), container=container, **kw,
+    )
+
+
+def docker_exec(line):
+    """Split `exec docker exec -it -w DIR -e K=V... NAME argv...` into (workdir, env, name, argv)."""
+    words = shlex.split(line)
+    assert words[:4] == ["exec", "docker", "exec", "-it"]
+    assert words[4] == "-w"
+    workdir, rest, env = words[5], words[6:], {}
+    while rest[0] == "-e":
+        key, value = rest[1].split("=", 1)
+        env[key] = value
+        rest = rest[2:]
+    return workdir, env, rest[0], rest[1:]
+
+
+@pytest.mark.parametrize("image", [
+    "horovod/horovod:0.28.1", "nvcr.io/nvidia/pytorch:24.01-py3", "localhost:5000/team/job", "ubuntu",
+    "pycli-test/horovod:1", "repo/img@sha256:" + "a" * 64,
+])
+def test_image_references_that_docker_takes(image):
+    assert containers.parse_job_container(image, 12345, (), HOSTS).image == image
+
+
+@pytest.mark.parametrize("image", ["", "Horovod/Horovod", "img:tag with space", "-v", "a//b", "img:", "img;rm -rf /"])
+def test_image_references_refused_in_one_line(image):
+    with pytest.raises(BadInput, match="is not an image reference"):
+        containers.parse_job_container(image, 12345, (), HOSTS)
+
+
+def test_the_sshd_port_must_be_a_port_and_not_the_nodes_own():
+    with pytest.raises(BadInput, match="1..65535"):
+        containers.parse_job_container("img", 0, (), HOSTS)
+    with pytest.raises(BadInput, match="is the SSH port of n1, n2"):
+        containers.parse_job_container("img", 22, (), HOSTS)
+
+
+def test_docker_options_are_split_like_a_shell_and_may_not_replace_pycli_own():
+    c = containers.parse_job_container("img", 12345, ["-v /data:/data:ro", "--ulimit memlock=-1"], HOSTS)
+    assert c.run_options == ("-v", "/data:/data:ro", "--ulimit", "memlock=-1")
+    for bad in ("--network=bridge", "--name x", "--entrypoint bash"):
+        with pytest.raises(BadInput, match="pycli sets"):
+            containers.parse_job_container("img", 12345, [bad], HOSTS)
+    with pytest.raises(BadInput, match="No closing quotation"):
+        containers.parse_job_container("img", 12345, ["-v 'x"], HOSTS)
+
+
+def test_horovodrun_runs_in_the_launcher_container_and_reaches_the_others_on_the_sshd_port():
+    ((host, line),) = launch_commands(job())
+    workdir, env, name, argv = docker_exec(line)
+    assert host.name == "n1" and name == "pycli-job-j1" and workdir == "/srv/pycli/jobs/j1"
+    assert env["PYTHONUNBUFFERED"] == "1" and "PATH" not in env  # the image's own PATH
+    assert argv[0] == "horovodrun" and argv[argv.index("-p") + 1] == "12345"
+    assert argv[argv.index("-H") + 1] == "10.9.0.1:2,10.9.0.2:2"
+    assert argv[argv.index("-u") - 1] == "python3"
+
+
+def test_mpirun_in_a_container_runs_as_root_and_passes_the_port_to_its_ssh():
+    ((_, line),) = launch_commands(job(launcher="mpirun"))
+    argv = docker_exec(line)[3]
+    assert argv[0] == "mpirun" and "--allow-run-as-root" in argv
+    assert argv[argv.index("plm_rsh_args") + 1] == "-p 12345"
+
+
+def test_torchrun_runs_in_every_node_container():
+    commands = launch_commands(job(workload="ddp"))
+    assert [h.name for h, _ in commands] == ["n1", "n2"]
+    for rank, (_, line) in enumerate(commands):
+        argv = docker_exec(line)[3]
+        assert argv[0] == "torchrun" and argv[argv.index("--node-rank") + 1] == str(rank)
+
+
+def test_known_hosts_names_every_host_on_the_job_port():
+    line = containers.known_hosts_line(HOSTS, 2222, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOK key")
+    assert line.startswith("[n1]:2222,[10.9.0.1]:2222,[n2]:2222,[10.9.0.2]:2222,[localhost]:2222,")
+    assert line.endswith(" ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOK\n")
+
+
+def test_container_files_hold_working_keys_and_private_ones_can_be_forgotten(tmp_path):
+    folder = tmp_path / "container"
+    container = containers.parse_job_container("img", 2200, (), HOSTS)
+    containers.write_container_files(folder, HOSTS, container, "j9")
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    for name in containers.PRIVATE_FILES:
+        assert stat.S_IMODE((folder / name).stat().st_mode) == 0o600
+    # The private keys are real OpenSSH keys whose public halves are the ones handed out.
+    host_pub = subprocess.run(["ssh-keygen", "-y", "-f", folder / "ssh_host_ed25519_key"], capture_output=True, text=True, check=True)
+    login_pub = subprocess.run(["ssh-keygen", "-y", "-f", folder / "id_ed25519"], capture_output=True, text=True, check=True)
+    assert (folder / "known_hosts").read_text().split()[1:] == host_pub.stdout.split()[:2]
+    assert (folder / "authorized_keys").read_text().split()[:3] == ["restrict", *login_pub.stdout.split()[:2]]
+    found = subprocess.run(["ssh-keygen", "-F", "[n2]:2200", "-f", folder / "known_hosts"], capture_output=True, text=True)
+    assert found.returncode == 0
+    assert (folder / "entry.sh").read_text().startswith("#!/bin/sh")
+    containers.forget_private_keys(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["authorized_keys", "entry.sh", "known_hosts"]
+
+
+def test_playbook_vars_name_the_job_container():
+    c = containers.parse_job_container("img:1", 2200, ["--shm-size 1g"], HOSTS)
+    found = containers.playbook_vars(c, "j1", PurePosixPath("/srv/pycli/jobs/j1"), PurePosixPath("/srv/pycli"), "started")
+    assert found["pycli_container_name"] == "pycli-job-j1" and found["pycli_container_label"] == "io.pycli.job=j1"
+    assert found["pycli_container_run_options"] == ["--shm-size", "1g"]
