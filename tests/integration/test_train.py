@@ -124,6 +124,8 @@ def test_ctrl_c_stops_every_rank_on_every_node(provisioned_cluster):
         (["resnet50", "--np", "1"], "unknown workload", 2),
         (["missing/train.py", "--np", "1"], "does not exist", 2),
         (["mnist", "--np", "1", "--launcher", "torchrun"], "use the ddp workload", 2),
+        (["mnist", "--np", "1", "--docker", "Not An Image"], "is not an image reference", 2),
+        (["mnist", "--np", "1", "--docker", "img", "--docker-ssh-port", "22"], "is the SSH port of node1, node2", 2),
     ],
 )
 def test_bad_input_is_one_line(local_cluster, args, message, code):

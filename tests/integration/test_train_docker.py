@@ -1,0 +1,109 @@
+"""`pycli train --docker IMAGE` on the provisioned 2-node cluster: every rank in a job container.
+
+No registry is reachable here, so the image is made on each node from the node's own system
+(tests/fixtures/job_image.yml): Python with torch and Horovod, Open MPI, OpenSSH.
+"""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import docker
+import pytest
+
+from pycli.local_cluster import LABEL_CLUSTER
+from tests.conftest import ROOT, run_pycli
+from tests.integration.conftest import CLUSTER
+from tests.integration.test_train import FAST, records, results_of, train
+
+pytestmark = pytest.mark.integration
+IMAGE = "pycli-test/horovod:1"
+
+
+def on_nodes(*argv):
+    """{node: (exit code, output)} of a command run in every node of the session's cluster."""
+    client = docker.from_env()
+    found = {}
+    for container in client.containers.list(filters={"label": f"{LABEL_CLUSTER}={CLUSTER}"}):
+        code, out = container.exec_run(list(argv))
+        found[container.name] = (code, out.decode().strip())
+    return found
+
+
+def job_containers():
+    return {node: out for node, (_, out) in on_nodes("docker", "ps", "-aq", "--filter", "label=io.pycli.job").items()}
+
+
+@pytest.fixture(scope="module")
+def job_image(provisioned_cluster):
+    proc = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(provisioned_cluster), "tests/fixtures/job_image.yml"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return IMAGE
+
+
+def test_every_rank_runs_in_a_job_container_that_checks_host_keys(provisioned_cluster, job_image):
+    node2 = provisioned_cluster.read_text().split("\nnode2 ansible_host=")[1].split()[0]
+    proc = train(provisioned_cluster, "tests/fixtures/container_probe.py", "--np", "2", "--docker", job_image, "--", node2)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert f"inside {job_image} containers" in proc.stdout
+    probes = sorted((json.loads(l.split("PROBE ", 1)[1]) for l in proc.stdout.splitlines() if "PROBE " in l),
+                    key=lambda p: p["rank"])
+    assert [(p["rank"], p["host"], p["size"]) for p in probes] == [(0, "node1", 2), (1, "node2", 2)]
+    # PID 1 of each rank's namespace is the container's sshd: no rank ran on a bare node.
+    assert all(p["pid1"] == "sshd" and p["horovodrun_checks_host_keys"] for p in probes), probes
+    assert probes[0]["ssh_peer"] == [0, "sshd"]
+    assert probes[0]["ssh_unknown_key"] == [255, ["Host key verification failed."]]
+    assert not any(job_containers().values()), job_containers()
+    run_dir = results_of(proc).parent
+    assert sorted(p.name for p in (run_dir / "container").iterdir()) == ["authorized_keys", "entry.sh", "known_hosts"]
+
+
+def test_mnist_with_mpirun_inside_containers_brings_back_metrics(provisioned_cluster, job_image):
+    proc = train(provisioned_cluster, "mnist", "--np", "2", "--launcher", "mpirun", "--docker", job_image,
+                 "--", "--epochs", "2", *FAST)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    got = records(results_of(proc))
+    assert [r["epoch"] for r in got] == [1, 2] and all(r["ranks"] == 2 for r in got)
+    assert got[-1]["val_accuracy"] > 0.3  # chance is 0.1
+    assert (results_of(proc) / "checkpoints" / "last.pt").is_file()
+
+
+def test_ctrl_c_removes_the_job_containers(provisioned_cluster, job_image):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pycli", "train", "synthetic", "--np", "2", "--docker", job_image,
+         "-i", str(provisioned_cluster), "--", "--width", "8", "--image-size", "32", "--num-iters", "1000", *FAST],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    seen = []
+    deadline = time.monotonic() + 300
+    for line in proc.stdout:
+        seen.append(line)
+        if "iter 1:" in line or time.monotonic() > deadline:
+            break
+    assert any("iter 1:" in l for l in seen), "".join(seen)[-3000:]
+    assert all(job_containers().values()), "both nodes should run the job's container"
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, rest[-3000:]
+    assert not any(job_containers().values()), job_containers()
+    ranks = on_nodes("pgrep", "-f", "synthetic.py")
+    assert all(code == 1 for code, _ in ranks.values()), ranks
+
+
+@pytest.mark.parametrize(
+    ("image", "message"),
+    [
+        ("pycli-test/horovod-no-sshd:1", "the image has no sshd: install openssh-server in it"),
+        ("pycli-test/not-built:1", "is not on the node and cannot be pulled"),
+    ],
+)
+def test_an_unusable_image_is_one_clear_line(provisioned_cluster, job_image, image, message):
+    proc = run_pycli("train", "mnist", "--np", "2", "--docker", image, "-i", str(provisioned_cluster))
+    assert proc.returncode == 1 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert "node1, node2: " in proc.stderr  # the same failure on both nodes, said once
+    assert not any(job_containers().values()), job_containers()
