@@ -95,9 +95,12 @@ def _job_processes():
     return found
 
 
-def test_ctrl_c_stops_every_rank_on_every_node(provisioned_cluster):
+def interrupt_a_running_job(inventory, *extra, while_running):
+    """Start a long synthetic job, wait for its first step, call while_running(), then Ctrl-C.
+
+    Returns (exit code, what pycli printed after the interrupt)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pycli", "train", "synthetic", "--np", "2", "-i", str(provisioned_cluster), "--",
+        [sys.executable, "-m", "pycli", "train", "synthetic", "--np", "2", "-i", str(inventory), *extra, "--",
          "--width", "8", "--image-size", "32", "--num-iters", "1000", *FAST],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
@@ -107,11 +110,21 @@ def test_ctrl_c_stops_every_rank_on_every_node(provisioned_cluster):
         seen.append(line)
         if "iter 1:" in line or time.monotonic() > deadline:
             break
-    assert any("iter 1:" in l for l in seen), "".join(seen)[-3000:]
-    assert all(_job_processes().values()), "both nodes should be running ranks"
-    proc.send_signal(signal.SIGINT)
-    rest, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 130, rest[-3000:]
+    try:
+        assert any("iter 1:" in l for l in seen), "".join(seen)[-3000:]
+        while_running()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=120)
+    return proc.returncode, rest
+
+
+def test_ctrl_c_stops_every_rank_on_every_node(provisioned_cluster):
+    def both_nodes_run_ranks():
+        assert all(_job_processes().values()), "both nodes should be running ranks"
+
+    code, rest = interrupt_a_running_job(provisioned_cluster, while_running=both_nodes_run_ranks)
+    assert code == 130, rest[-3000:]
     assert "no process of it is left" in rest
     assert not any(_job_processes().values()), _job_processes()
 

@@ -5,10 +5,7 @@ No registry is reachable here, so the image is made on each node from the node's
 """
 
 import json
-import signal
 import subprocess
-import sys
-import time
 
 import docker
 import pytest
@@ -16,7 +13,7 @@ import pytest
 from pycli.local_cluster import LABEL_CLUSTER
 from tests.conftest import ROOT, run_pycli
 from tests.integration.conftest import CLUSTER
-from tests.integration.test_train import FAST, records, results_of, train
+from tests.integration.test_train import FAST, interrupt_a_running_job, records, results_of, train
 
 pytestmark = pytest.mark.integration
 IMAGE = "pycli-test/horovod:1"
@@ -74,22 +71,12 @@ def test_mnist_with_mpirun_inside_containers_brings_back_metrics(provisioned_clu
 
 
 def test_ctrl_c_removes_the_job_containers(provisioned_cluster, job_image):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pycli", "train", "synthetic", "--np", "2", "--docker", job_image,
-         "-i", str(provisioned_cluster), "--", "--width", "8", "--image-size", "32", "--num-iters", "1000", *FAST],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    seen = []
-    deadline = time.monotonic() + 300
-    for line in proc.stdout:
-        seen.append(line)
-        if "iter 1:" in line or time.monotonic() > deadline:
-            break
-    assert any("iter 1:" in l for l in seen), "".join(seen)[-3000:]
-    assert all(job_containers().values()), "both nodes should run the job's container"
-    proc.send_signal(signal.SIGINT)
-    rest, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 130, rest[-3000:]
+    def both_nodes_run_the_job_container():
+        assert all(job_containers().values()), "both nodes should run the job's container"
+
+    code, rest = interrupt_a_running_job(provisioned_cluster, "--docker", job_image,
+                                         while_running=both_nodes_run_the_job_container)
+    assert code == 130, rest[-3000:]
     assert not any(job_containers().values()), job_containers()
     ranks = on_nodes("pgrep", "-f", "synthetic.py")
     assert all(code == 1 for code, _ in ranks.values()), ranks
