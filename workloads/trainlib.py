@@ -238,6 +238,8 @@ class TorchComm:
         return found
 
     def close(self) -> None:
+        # Every rank done with every collective before any rank tears its connections down.
+        self.dist.barrier()
         self.dist.destroy_process_group()
 
 
