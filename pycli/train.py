@@ -529,12 +529,13 @@ def train(
     finally:
         if container_files is not None:
             containers.forget_private_keys(container_files)
-    started = time.monotonic()
     try:
         if container is not None:
+            up = time.monotonic()
             start_containers(plan, inventory, run_dir)
             write(f"pycli: job containers up on {', '.join(h.name for h in plan.hosts)} "
-                  f"(sshd on port {container.ssh_port}) in {time.monotonic() - started:.0f} s")
+                  f"(sshd on port {container.ssh_port}) in {time.monotonic() - up:.0f} s")
+        started = time.monotonic()  # the job's own time, as without containers
         code = run_job(plan, write)
     finally:
         if container is not None:
