@@ -20,7 +20,9 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from trainlib import HorovodComm, Metrics, TorchComm, WorkloadError, autocast, peak_memory_mb, pick_device, run  # noqa: E402
+from trainlib import (  # noqa: E402
+    HorovodComm, Metrics, TorchComm, WorkloadError, autocast, peak_memory_mb, pick_device, run, threads_per_rank,
+)
 
 
 class BasicBlock(nn.Module):
@@ -69,14 +71,15 @@ def main() -> None:
     parser.add_argument("--fp16-allreduce", action="store_true")
     parser.add_argument("--amp", action="store_true")
     parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads per rank (0: this node's cores shared out between its ranks)")
     parser.add_argument("--metrics", type=Path, default=Path("metrics.jsonl"))
     args = parser.parse_args()
     if min(args.batch_size, args.image_size, args.num_batches_per_iter, args.num_iters) < 1 or args.num_iters < 2:
         raise WorkloadError("sizes and counts must be positive, and --num-iters at least 2 (for a spread)")
+    if args.threads < 0:
+        raise WorkloadError("--threads must be 0 (share this node's cores between its ranks) or more")
     args.backward_passes_per_step = 1
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(threads_per_rank(args.threads))
 
     comm = HorovodComm() if args.comm == "horovod" else TorchComm()
     device = pick_device(comm.local_rank, args.cpu)
@@ -100,7 +103,8 @@ def main() -> None:
 
     if comm.rank == 0:
         print(f"synthetic: SmallResNet(width={args.width}) {args.image_size}px, batch {args.batch_size} per rank, "
-              f"{comm.size} rank(s) via {comm.name}, device {device.type}", flush=True)
+              f"{comm.size} rank(s) via {comm.name}, device {device.type}, {torch.get_num_threads()} CPU thread(s) on rank 0",
+              flush=True)
     for _ in range(args.num_warmup_batches):
         step()
     rates, step_times = [], []

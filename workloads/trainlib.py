@@ -18,6 +18,7 @@ import resource
 import struct
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -30,6 +31,9 @@ SPLITS = {
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
 IDX_UBYTE = 0x08
+# How many ranks run on this node, as each launcher says: mpirun (and horovodrun over MPI),
+# horovodrun with Gloo, torchrun.
+LOCAL_SIZE_VARIABLES = ("OMPI_COMM_WORLD_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", "LOCAL_WORLD_SIZE")
 
 
 class WorkloadError(Exception):
@@ -113,6 +117,23 @@ def peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def threads_per_rank(requested: int = 0, environ: Mapping[str, str] = os.environ, cpus: int | None = None) -> int:
+    """Torch CPU threads for this rank: `requested` when above 0, else OMP_NUM_THREADS when the
+    user set it, else this process's cores shared out between the ranks on this node.
+
+    Torch's own default is every core for every rank, so ranks that share a machine fight
+    over its cores.
+    """
+    if requested > 0:
+        return requested
+    chosen = environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if chosen.isdigit() and int(chosen) > 0:
+        return int(chosen)
+    local_ranks = next((int(environ[name]) for name in LOCAL_SIZE_VARIABLES if environ.get(name, "").isdigit()), 1)
+    cpus = cpus if cpus is not None else len(os.sched_getaffinity(0))
+    return max(1, cpus // max(1, local_ranks))
 
 
 # --- the two ways to run distributed -----------------------------------------------------
@@ -304,13 +325,15 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics", type=Path, default=Path("metrics.jsonl"), help="JSON lines, one per epoch (rank 0)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--cpu", action="store_true", help="ignore GPUs")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads per rank (0: torch's default)")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads per rank (0: this node's cores shared out between its ranks)")
 
 
 def check_arguments(args) -> None:
     """Refuse bad input before any process group is joined (so every rank fails the same way)."""
     if args.epochs < 1 or args.batch_size < 1 or args.lr <= 0:
         raise WorkloadError("--epochs and --batch-size must be at least 1 and --lr above 0")
+    if args.threads < 0:
+        raise WorkloadError("--threads must be 0 (share this node's cores between its ranks) or more")
     if getattr(args, "backward_passes_per_step", 1) < 1:
         raise WorkloadError("--backward-passes-per-step must be at least 1")
     for split in SPLITS.values():
@@ -322,8 +345,7 @@ def check_arguments(args) -> None:
 
 def train(comm, args) -> dict:
     """Train DigitNet on the IDX data; return the last epoch's metrics."""
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(threads_per_rank(args.threads))
     torch.manual_seed(args.seed)
     random.seed(args.seed)
     device = pick_device(comm.local_rank, args.cpu)
@@ -361,6 +383,7 @@ def train(comm, args) -> dict:
     if comm.rank == 0:
         print(
             f"training on {comm.size} process(es) via {comm.name}, device {device.type}, "
+            f"{torch.get_num_threads()} CPU thread(s) on rank 0, "
             f"{len(train_set)} train / {len(test_set)} test samples, from epoch {start_epoch + 1}",
             flush=True,
         )

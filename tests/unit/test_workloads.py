@@ -1,6 +1,7 @@
 """The training workloads, run for real on this machine's CPU (torch, no Horovod needed)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -59,6 +60,33 @@ def test_model_takes_digits_of_both_sizes(size):
     assert trainlib.DigitNet()(torch.zeros(3, 1, size, size)).shape == (3, 10)
 
 
+@pytest.mark.parametrize(
+    ("environ", "cpus", "expected"),
+    [
+        ({}, 8, 8),  # started alone: every core this process may use
+        ({"OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, 8, 2),  # mpirun, and horovodrun over MPI
+        ({"HOROVOD_LOCAL_SIZE": "4"}, 8, 2),  # horovodrun with Gloo
+        ({"LOCAL_WORLD_SIZE": "3"}, 8, 2),  # torchrun; the remainder is left idle
+        ({"OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, 2, 1),  # more ranks than cores: one thread each
+        ({"LOCAL_WORLD_SIZE": "0"}, 4, 4),
+        ({"LOCAL_WORLD_SIZE": "4", "OMP_NUM_THREADS": "3"}, 8, 3),  # the user's choice wins
+        ({"LOCAL_WORLD_SIZE": "4", "OMP_NUM_THREADS": "3,2"}, 8, 3),  # OpenMP's nested form
+        ({"LOCAL_WORLD_SIZE": "4", "OMP_NUM_THREADS": "0"}, 8, 2),  # not a thread count: ignored
+        ({"LOCAL_WORLD_SIZE": "many", "OMP_NUM_THREADS": ""}, 8, 8),
+    ],
+)
+def test_threads_per_rank_shares_the_cores_between_the_ranks_of_a_node(environ, cpus, expected):
+    assert trainlib.threads_per_rank(0, environ, cpus) == expected
+
+
+def test_threads_asked_for_win_over_everything():
+    assert trainlib.threads_per_rank(5, {"OMP_NUM_THREADS": "2", "LOCAL_WORLD_SIZE": "8"}, 1) == 5
+
+
+def test_threads_per_rank_counts_the_cores_this_process_may_use():
+    assert trainlib.threads_per_rank(0, {}) == len(os.sched_getaffinity(0))
+
+
 def _ddp(tmp_path, digits, *extra):
     cmd = [sys.executable, str(WORKLOADS / "ddp.py"), "--data-dir", str(digits), "--threads", "1", *extra]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300)
@@ -67,6 +95,7 @@ def _ddp(tmp_path, digits, *extra):
 def test_training_learns_and_resume_reproduces_the_uninterrupted_run(tmp_path, digits):
     full = _ddp(tmp_path, digits, "--epochs", "3", "--metrics", "full.jsonl", "--checkpoint", "full.pt")
     assert full.returncode == 0, full.stderr
+    assert "1 CPU thread(s) on rank 0" in full.stdout
     part = _ddp(tmp_path, digits, "--epochs", "2", "--metrics", "part.jsonl", "--checkpoint", "part.pt")
     assert part.returncode == 0, part.stderr
     resumed = _ddp(tmp_path, digits, "--epochs", "3", "--resume", "part.pt", "--metrics", "part.jsonl", "--checkpoint", "part.pt")
@@ -88,6 +117,7 @@ def test_training_learns_and_resume_reproduces_the_uninterrupted_run(tmp_path, d
     ("args", "message"),
     [
         (["--epochs", "0"], "--epochs and --batch-size"),
+        (["--threads", "-1"], "--threads must be 0"),
         (["--resume", "missing.pt"], "checkpoint missing.pt does not exist"),
     ],
 )
@@ -108,5 +138,6 @@ def test_synthetic_benchmark_reports_throughput_with_its_spread(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "img/s per rank:" in proc.stdout and "±" in proc.stdout
+    assert "1 CPU thread(s) on rank 0" in proc.stdout
     record = json.loads((tmp_path / "s.jsonl").read_text())
     assert record["total_img_per_s"] > 0 and record["img_per_s_per_rank_ci95"] >= 0
