@@ -38,6 +38,9 @@ def image_cmd(ca_bundle: Path | None = CA_BUNDLE, mirror: str = MIRROR) -> None:
 @cluster_app.command("up")
 def up_cmd(
     nodes: int = typer.Option(2, "--nodes", "-n", help="How many nodes."),
+    slots: int = typer.Option(
+        local_cluster.DEFAULT_SLOTS, "--slots", help="Processes per node that --np fills (ranks share the machine's cores).",
+    ),
     name: str = NAME,
     subnet: str | None = typer.Option(None, "--subnet", help="IPv4 subnet of the cluster's network (default: a free /24 of 172.28.0.0/16)."),
     inventory: Path | None = typer.Option(None, "--inventory", "-i", help="Where to write the inventory (default: inventory/local-NAME.ini)."),
@@ -45,7 +48,7 @@ def up_cmd(
     mirror: str = MIRROR,
 ) -> None:
     """Start NODES systemd node containers reachable over SSH and write their inventory."""
-    local_cluster.up(name, nodes, subnet=subnet, image=_spec(ca_bundle, mirror), inventory=inventory)
+    local_cluster.up(name, nodes, slots=slots, subnet=subnet, image=_spec(ca_bundle, mirror), inventory=inventory)
 
 
 @cluster_app.command("down")

@@ -36,6 +36,9 @@ LABEL_NODE = "io.pycli.node"
 LABEL_INVENTORY = "io.pycli.inventory"
 NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$")
 MAX_NODES = 64
+# Ranks per node by default: `pycli train --np 8` fills two nodes, and the workloads split
+# the machine's cores between the ranks of a node.
+DEFAULT_SLOTS = 4
 # Local clusters get a /24 each out of this block, picked from the cluster's name.
 SUBNET_POOL = ipaddress.ip_network("172.28.0.0/16")
 FIRST_NODE_OFFSET = 10
@@ -57,6 +60,7 @@ class ClusterPlan:
     network: str
     subnet: ipaddress.IPv4Network
     nodes: tuple[NodePlan, ...]
+    slots: int = DEFAULT_SLOTS
 
 
 def validate_name(name: str) -> None:
@@ -70,6 +74,11 @@ def validate_name(name: str) -> None:
 def validate_node_count(count: int) -> None:
     if not 1 <= count <= MAX_NODES:
         raise BadInput(f"--nodes must be between 1 and {MAX_NODES}, got {count}")
+
+
+def validate_slots(slots: int) -> None:
+    if slots < 1:
+        raise BadInput(f"--slots must be 1 or more processes per node, got {slots}")
 
 
 def default_inventory_path(name: str) -> Path:
@@ -95,10 +104,11 @@ def pick_subnet(name: str, taken: list[ipaddress.IPv4Network]) -> ipaddress.IPv4
     raise PycliError(f"no free /24 left in {SUBNET_POOL} for a new local cluster; pass --subnet")
 
 
-def plan_cluster(name: str, count: int, subnet: ipaddress.IPv4Network) -> ClusterPlan:
+def plan_cluster(name: str, count: int, subnet: ipaddress.IPv4Network, slots: int = DEFAULT_SLOTS) -> ClusterPlan:
     """Names and addresses of every node: pure, so it can be checked before anything is made."""
     validate_name(name)
     validate_node_count(count)
+    validate_slots(slots)
     if subnet.num_addresses < FIRST_NODE_OFFSET + count + 2:
         raise BadInput(f"subnet {subnet} is too small for {count} nodes")
     hosts = list(subnet.hosts())
@@ -106,7 +116,7 @@ def plan_cluster(name: str, count: int, subnet: ipaddress.IPv4Network) -> Cluste
         NodePlan(hostname=f"node{i}", container=f"pycli-{name}-node{i}", address=str(hosts[FIRST_NODE_OFFSET + i - 1]))
         for i in range(1, count + 1)
     )
-    return ClusterPlan(name=name, network=network_name(name), subnet=subnet, nodes=nodes)
+    return ClusterPlan(name=name, network=network_name(name), subnet=subnet, nodes=nodes, slots=slots)
 
 
 # What the local test bed needs beyond the role defaults: these nodes are containers on a
@@ -160,14 +170,14 @@ def render_local_inventory(plan: ClusterPlan, key: Path, known_hosts: Path, ca_b
             "ansible_port": 22,
             "ansible_ssh_private_key_file": str(key),
             "ansible_ssh_common_args": f"-o UserKnownHostsFile={known_hosts}",
-            "slots": 1,
+            "slots": plan.slots,
             "pycli_network_interface": "eth0",
             "pycli_local_cluster": plan.name,
             **bed_vars,
         },
         var_comments={
             "ansible_ssh_common_args": "Host keys of every node, by name and address.",
-            "slots": "Processes per node: these nodes have no GPU.",
+            "slots": "Processes per node: these nodes have no GPU; ranks share the machine's cores.",
             "pycli_network_interface": "The NIC ranks talk over (a node running Docker also has docker0).",
             **LOCAL_BED_COMMENTS,
         },
@@ -259,6 +269,7 @@ def up(
     name: str,
     count: int,
     *,
+    slots: int = DEFAULT_SLOTS,
     subnet: str | None = None,
     image: ImageSpec = ImageSpec(),
     inventory: Path | None = None,
@@ -267,6 +278,7 @@ def up(
     """Start the cluster (or find it already up) and return the path of its inventory."""
     validate_name(name)
     validate_node_count(count)
+    validate_slots(slots)
     inventory = inventory or default_inventory_path(name)
     from pycli.dockerapi import connect
 
@@ -300,7 +312,7 @@ def up(
             raise BadInput(f"--subnet {chosen} overlaps a docker network that exists; choose another")
     else:
         chosen = pick_subnet(name, _taken_subnets(client))
-    plan = plan_cluster(name, count, chosen)
+    plan = plan_cluster(name, count, chosen, slots)
     clashes = [n.container for n in plan.nodes if client.containers.list(all=True, filters={"name": f"^/{n.container}$"})]
     if clashes:
         raise BadInput(f"containers already named {', '.join(clashes)} exist; remove them or choose another --name")

@@ -36,8 +36,9 @@ def local_cluster(docker_engine, tmp_path_factory) -> Path:
     Set PYCLI_KEEP_TEST_CLUSTER=1 to leave it up after the run, to look at it.
     """
     inventory = tmp_path_factory.mktemp("cluster") / f"local-{CLUSTER}.ini"
+    # One slot per node: the tests run --np 2 and mean one rank on each node.
     run_pycli(
-        "cluster", "up", "--name", CLUSTER, "--nodes", "2", "--inventory", str(inventory),
+        "cluster", "up", "--name", CLUSTER, "--nodes", "2", "--slots", "1", "--inventory", str(inventory),
         "--ca-bundle", TEST_CA_BUNDLE, check=True,
     )
     yield inventory

@@ -54,7 +54,7 @@ def test_host_keys_are_checked_not_trusted_on_first_use(local_cluster, tmp_path)
 
 
 def test_second_up_of_the_same_cluster_says_it_is_already_up(local_cluster):
-    proc = run_pycli("cluster", "up", "--name", CLUSTER, "--nodes", "2", "--inventory", str(local_cluster))
+    proc = run_pycli("cluster", "up", "--name", CLUSTER, "--nodes", "2", "--slots", "1", "--inventory", str(local_cluster))
     assert proc.returncode == 0, proc.stderr
     assert "already up" in proc.stdout
 

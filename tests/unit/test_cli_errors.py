@@ -11,6 +11,8 @@ from pycli.cli import main
         (["cluster", "up", "--nodes", "0"], "--nodes must be between 1 and 64"),
         (["cluster", "up", "--nodes", "two"], "Invalid value for '--nodes'"),
         (["cluster", "up", "--name", "Bad_Name"], "cluster name 'Bad_Name'"),
+        (["cluster", "up", "--slots", "0"], "--slots must be 1 or more processes per node, got 0"),
+        (["cluster", "up", "--slots", "four"], "Invalid value for '--slots'"),
         (["cluster", "up", "--bogus"], "No such option: --bogus"),
         (["cluster", "down", "--name", "x_y"], "cluster name"),
         (["cluster", "image", "--ca-bundle", "/nonexistent.pem"], "cannot read CA bundle"),

@@ -7,6 +7,7 @@ import pytest
 
 from pycli.errors import BadInput
 from pycli.local_cluster import (
+    DEFAULT_SLOTS,
     INVENTORY_MARKER,
     SUBNET_POOL,
     pick_subnet,
@@ -28,6 +29,12 @@ def test_plan_gives_each_node_a_unique_name_container_and_address():
 def test_plan_refuses_node_counts_out_of_range(count):
     with pytest.raises(BadInput, match="--nodes must be between 1 and 64"):
         plan_cluster("demo", count, ipaddress.ip_network("172.28.7.0/24"))
+
+
+@pytest.mark.parametrize("slots", [0, -4])
+def test_plan_refuses_fewer_than_one_slot(slots):
+    with pytest.raises(BadInput, match="--slots must be 1 or more processes per node, got"):
+        plan_cluster("demo", 2, ipaddress.ip_network("172.28.7.0/24"), slots)
 
 
 def test_plan_refuses_a_subnet_too_small_for_the_nodes():
@@ -82,10 +89,21 @@ def test_inventory_reads_back_through_ansible(tmp_path):
     assert merged["ansible_host"] == "172.28.7.12"
     assert merged["ansible_user"] == "root"
     assert merged["ansible_port"] == 22
-    assert merged["slots"] == 1
+    assert merged["slots"] == DEFAULT_SLOTS == 4
     # A path with a space survives quoting, and host keys are never switched off.
     assert merged["ansible_ssh_common_args"] == "-o UserKnownHostsFile=/keys/known hosts"
     assert "StrictHostKeyChecking" not in text
+
+
+def test_inventory_gives_every_node_the_slots_asked_for(tmp_path):
+    from pycli.cluster_model import load_cluster
+
+    plan = plan_cluster("demo", 2, ipaddress.ip_network("172.28.7.0/24"), slots=3)
+    path = tmp_path / "local-demo.ini"
+    path.write_text(render_local_inventory(plan, Path("/k"), Path("/kh")))
+    cluster = load_cluster(path)
+    assert [host.slots for host in cluster.hosts] == [3, 3] and cluster.total_slots == 6
+    assert "# Processes per node: these nodes have no GPU; ranks share the machine's cores." in path.read_text()
 
 
 def test_test_bed_settings_read_back_as_data(tmp_path):
