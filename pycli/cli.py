@@ -10,6 +10,7 @@ from typer._click import exceptions as click_errors  # typer vendors click since
 from pycli import __version__
 from pycli.errors import EXIT_BAD_INPUT, EXIT_FAILED, PycliError
 from pycli.cli_bench import bench_cmd
+from pycli.cli_cache import cache_app, fetch_cmd
 from pycli.cli_check import check_cmd
 from pycli.cli_cluster import cluster_app
 from pycli.cli_inventory import hostfile_cmd, inventory_app
@@ -27,6 +28,8 @@ app = typer.Typer(
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(inventory_app, name="inventory")
 app.command("hostfile")(hostfile_cmd)
+app.command("fetch")(fetch_cmd)
+app.add_typer(cache_app, name="cache")
 app.command("provision")(provision_cmd)
 app.command("train")(train_cmd)
 app.command("bench")(bench_cmd)

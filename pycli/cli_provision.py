@@ -19,10 +19,13 @@ def provision_cmd(
     forks: int | None = typer.Option(None, "--forks", "-f", help="Hosts worked on at once (default: ansible.cfg's)."),
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="Show Ansible's own output (-vv, -vvv: more)."),
     playbook: Path = typer.Option(SITE_PLAYBOOK, "--playbook", help="Another playbook of this project to apply."),
+    offline: bool = typer.Option(
+        False, "--offline", help="Download nothing: install from the controller cache (see 'pycli cache import')."
+    ),
 ) -> None:
     """Install the whole stack on every node of INVENTORY, with a live per-host view."""
     code = provision(
         inventory, playbook=playbook, limit=limit, tags=tags, skip_tags=skip_tags, check=check,
-        extra_vars=extra_vars, forks=forks, verbosity=verbose,
+        extra_vars=extra_vars, forks=forks, verbosity=verbose, offline=offline,
     )
     raise typer.Exit(code)

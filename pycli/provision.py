@@ -23,6 +23,8 @@ from pycli.errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, BadInput
 from pycli.paths import PROJECT_ROOT, new_run_dir
 
 SITE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "site.yml"
+# The cache stage alone (site.yml starts with it): every download, checked, no node changed.
+CACHE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "cache.yml"
 EXIT_INTERRUPTED = 130
 
 
@@ -63,6 +65,7 @@ def build_request(
     extra_vars: Sequence[str] = (),
     forks: int | None = None,
     verbosity: int = 0,
+    offline: bool = False,
 ) -> runner.RunRequest:
     if forks is not None and forks < 1:
         raise BadInput(f"--forks must be at least 1, got {forks}")
@@ -71,7 +74,7 @@ def build_request(
     return runner.RunRequest(
         inventory=inventory,
         playbook=playbook,
-        extravars=parse_extra_vars(extra_vars),
+        extravars={**parse_extra_vars(extra_vars), **({"pycli_offline": True} if offline else {})},
         limit=limit,
         tags=tags,
         skip_tags=skip_tags,
@@ -179,6 +182,7 @@ def provision(
     extra_vars: Sequence[str] = (),
     forks: int | None = None,
     verbosity: int = 0,
+    offline: bool = False,
     console: Console | None = None,
 ) -> int:
     """Apply the playbook to the inventory's nodes; return the exit code the design names."""
@@ -188,7 +192,7 @@ def provision(
     cluster = load_cluster(inventory)  # every inventory mistake is caught before a host is touched
     request = build_request(
         inventory, playbook=playbook, limit=limit, tags=tags, skip_tags=skip_tags,
-        check=check, extra_vars=extra_vars, forks=forks, verbosity=verbosity,
+        check=check, extra_vars=extra_vars, forks=forks, verbosity=verbosity, offline=offline,
     )
     run_dir = new_run_dir("provision")  # only once the input is known to be good
     view = ProvisionView([h.name for h in cluster.hosts])
