@@ -104,8 +104,9 @@ def test_a_failed_build_is_named_on_every_node(provisioned_cluster, tmp_path):
         env={"PYCLI_RUNS": str(tmp_path)}, timeout=1800,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "node1: Open MPI 4.1.4 did not build here: Configure" in proc.stdout
-    assert re.search(r"node2: Open MPI 4\.1\.4 \(openmpi-[^)]+\) was to be built on node1, which failed: Configure", proc.stdout)
+    # Each failure is one line, "host: task: message".
+    assert re.search(r"node1: [^\n]*Open MPI 4\.1\.4 did not build here: Configure", proc.stdout)
+    assert re.search(r"node2: [^\n]*Open MPI 4\.1\.4 \(openmpi-[^)]+\) was to be built on node1, which failed: Configure", proc.stdout)
     assert "Unable to access" not in proc.stdout
 
 
