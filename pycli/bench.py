@@ -22,14 +22,15 @@ import shlex
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
-from pycli.check import (
-    ALLREDUCE_SCRIPT, NodeFacts, gather_node_facts, human_size, job_failure, parse_size, run_on_nodes,
-)
-from pycli.errors import EXIT_FAILED, EXIT_OK, BadInput, PycliError
+from pycli.check import ALLREDUCE_SCRIPT, NodeFacts, gather_node_facts, human_size, parse_size, run_on_nodes
+from pycli.cluster_model import Cluster
+from pycli.errors import EXIT_FAILED, EXIT_OK, BadInput
+from pycli.job_log import run_logged_job
+from pycli.train import JobRequest
 
 BENCH_BACKENDS = ("mpi", "gloo", "nccl")
 BENCH_LAUNCHERS = ("horovod", "mpirun", "torchrun")
@@ -275,12 +276,12 @@ def plan_allreduce(request: BenchRequest, nodes: Sequence[NodeCapacity]) -> tupl
 
 
 def horovodrun_controller(cell: Cell) -> str:
-    """train()'s --backend: horovodrun's controller (NCCL data moves under the Gloo controller)."""
+    """horovodrun's controller for a cell (NCCL data moves under the Gloo controller)."""
     return "mpi" if cell.backend == "mpi" or cell.launcher == "mpirun" else "gloo"
 
 
-def training_job(cell: Cell, workload: str, workload_args: Sequence[str]) -> dict:
-    """The train() arguments of one run of a training cell."""
+def training_job(cell: Cell, workload: str, workload_args: Sequence[str]) -> JobRequest:
+    """The job of one run of a training cell."""
     args: list[str] = []
     if cell.device == "cpu":
         args.append("--cpu")
@@ -288,12 +289,12 @@ def training_job(cell: Cell, workload: str, workload_args: Sequence[str]) -> dic
     if workload == "mnist" and cell.launcher == "torchrun":
         name = "ddp"  # the same training under DistributedDataParallel
         args += ["--backend", cell.backend]
-    return {"workload": name, "launcher": cell.launcher, "backend": horovodrun_controller(cell),
-            "script_args": [*args, *workload_args]}
+    return JobRequest(np=cell.placement.processes, workload=name, launcher=cell.launcher,
+                      controller=horovodrun_controller(cell), script_args=(*args, *workload_args))
 
 
-def allreduce_job(cell: Cell, sizes: str, iters: int) -> dict:
-    """The train() arguments of one allreduce microbenchmark."""
+def allreduce_job(cell: Cell, sizes: str, iters: int) -> JobRequest:
+    """The job of one allreduce microbenchmark."""
     if cell.launcher == "torchrun":
         args = ["--comm", "torch", "--backend", cell.backend]
     else:
@@ -301,49 +302,26 @@ def allreduce_job(cell: Cell, sizes: str, iters: int) -> dict:
     if cell.device == "cpu":
         args.append("--cpu")
     args += ["--sizes", sizes, "--iters", str(iters), "--metrics", "metrics.jsonl"]
-    return {"workload": str(ALLREDUCE_SCRIPT), "launcher": cell.launcher, "backend": horovodrun_controller(cell),
-            "script_args": args}
+    return JobRequest(np=cell.placement.processes, workload=str(ALLREDUCE_SCRIPT), launcher=cell.launcher,
+                      controller=horovodrun_controller(cell), script_args=tuple(args))
 
 
-# --- one placement = one inventory ---------------------------------------------------------
-
-PLACEMENT_FILE = "zz-pycli-bench-placement.yml"
+# --- one placement = one cluster in memory ------------------------------------------------
 
 
-def placement_inventory(original: Path, folder: Path, host_names: Sequence[str], place: Placement) -> Path:
-    """An inventory folder that is `original` with every host's `slots` set for `place`.
+def placement_cluster(cluster: Cluster, place: Placement) -> Cluster:
+    """`cluster` with every host's `slots` set for `place`; on one server, no network interface.
 
-    `pycli train` fills hosts in inventory order, so N servers x P processes is
-    np = N·P over hosts of P slots each. The original inventory (and the group_vars and
-    host_vars beside it) are linked, not copied: Ansible reads the folder as one
-    inventory, and the placement file, read last, only overrides `slots`, and on one
-    server `pycli_network_interface`: no NIC carries a one-server job, and horovodrun
-    with --network-interface on a single host fails ("No interface is found for address
-    127.0.0.1"), as it runs that host's ranks locally.
+    Jobs fill hosts in inventory order, so N servers x P processes is np = N·P over hosts of
+    P slots each. No NIC carries a one-server job, and horovodrun with --network-interface on
+    a single host fails ("No interface is found for address 127.0.0.1"), as it runs that
+    host's ranks locally.
     """
-    folder.mkdir(parents=True, exist_ok=True)
-    original = original.resolve()
-    if original.is_dir():
-        for child in sorted(original.iterdir()):
-            _link(folder / child.name, child)
-    else:
-        _link(folder / f"10-{original.name}", original)
-        for beside in ("group_vars", "host_vars"):
-            if (original.parent / beside).is_dir():
-                _link(folder / beside, original.parent / beside)
-    no_nic = '      pycli_network_interface: ""\n' if place.servers == 1 else ""
-    hosts = "".join(f"    {json.dumps(name)}:\n      slots: {place.per_server}\n{no_nic}" for name in host_names)
-    (folder / PLACEMENT_FILE).write_text(
-        f"# Written by pycli bench: {place.per_server} process(es) on each of {place.servers} server(s).\n"
-        f"all:\n  hosts:\n{hosts}"
-    )
-    return folder
-
-
-def _link(link: Path, target: Path) -> None:
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    link.symlink_to(target)
+    settings = dict(cluster.settings)
+    if place.servers == 1:
+        settings.pop("pycli_network_interface", None)
+    hosts = tuple(replace(host, slots=place.per_server) for host in cluster.hosts)
+    return replace(cluster, hosts=hosts, settings=settings)
 
 
 # --- measurements and statistics -----------------------------------------------------------
@@ -535,10 +513,9 @@ def tcp_commands(server_address: str, seconds: int, pidfile: str) -> tuple[str, 
     return server, client, stop
 
 
-def measure_tcp(
-    inventory: Path, hosts: Sequence, facts: Mapping[str, NodeFacts], run_dir: Path, seconds: int
-) -> TcpLink:
+def measure_tcp(cluster: Cluster, facts: Mapping[str, NodeFacts], run_dir: Path, seconds: int) -> TcpLink:
     """iperf3 from the first server to the second; a note instead of a number when it cannot run."""
+    hosts = cluster.hosts
     if len(hosts) < 2:
         return TcpLink(hosts[0].name, "", None, note="one server: there is no network link between servers to measure")
     client, server = hosts[0], hosts[1]
@@ -550,12 +527,12 @@ def measure_tcp(
     start, measure, stop = tcp_commands(server.address, seconds, pidfile)
     folder = run_dir / "iperf3"
     try:
-        started = run_on_nodes(inventory, [server.name], folder / "server", start)[server.name]
+        started = run_on_nodes(cluster, [server.name], folder / "server", start)[server.name]
         if not started.ok:
             return TcpLink(client.name, server.name, None, note=f"raw TCP not measured: iperf3 -s on {server.name}: {started.why()}")
-        answer = run_on_nodes(inventory, [client.name], folder / "client", measure)[client.name]
+        answer = run_on_nodes(cluster, [client.name], folder / "client", measure)[client.name]
     finally:
-        run_on_nodes(inventory, [server.name], folder / "stop", stop)
+        run_on_nodes(cluster, [server.name], folder / "stop", stop)
     (folder / "client.json").write_text(answer.stdout)
     try:
         bits = parse_iperf3(answer.stdout)
@@ -658,36 +635,12 @@ def results_document(
 # --- running it ----------------------------------------------------------------------------
 
 
-class _JobLog:
-    """A job's output into its run folder; the console gets one line per run."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.handle = path.open("w")
-
-    def __call__(self, line: str) -> None:
-        self.handle.write(line + "\n")
-        self.handle.flush()
-
-    def close(self) -> None:
-        self.handle.close()
-
-
-def _run_job(inventory: Path, np: int, job: dict, run_dir: Path) -> tuple[int, tuple[dict, ...], str]:
-    """One train() job with its output in run_dir/output.log: (exit code, metrics records, error)."""
-    from pycli.train import train
-
-    log = _JobLog(run_dir / "output.log")
-    try:
-        outcome = train(inventory, np=np, network_interface=None, data_dir=None, resume=None, write=log,
-                        run_dir=run_dir, **job)
-    except PycliError as exc:
-        return exc.exit_code, (), str(exc)
-    finally:
-        log.close()
-    output = (run_dir / "output.log").read_text(errors="replace").splitlines()
-    error = "" if outcome.code == 0 else f"exit {outcome.code}: {job_failure(output)}"
-    return outcome.code, outcome.records, error
+def _run_job(cluster: Cluster, job: JobRequest, run_dir: Path) -> tuple[int, tuple[dict, ...], str]:
+    """One job with its output in run_dir/output.log: (exit code, metrics records, error)."""
+    done = run_logged_job(cluster, job, run_dir)
+    if done.refused or done.code == 0:
+        return done.code, done.records, done.refused
+    return done.code, done.records, f"exit {done.code}: {done.failure()}"
 
 
 def _format_run(run: RunResult, workload: str) -> str:
@@ -713,22 +666,19 @@ def request_command(inventory: Path, request: BenchRequest) -> str:
     return shlex.join(argv)
 
 
-def bench(inventory: Path | None, request: BenchRequest, *, write: Callable[[str], None] = print) -> int:
-    """Run the matrix on the inventory's nodes and write the report; the exit code says if all ran."""
-    from pycli.cluster_model import load_cluster
+def bench(cluster: Cluster, request: BenchRequest, *, write: Callable[[str], None] = print) -> int:
+    """Run the matrix on the cluster's nodes and write the report; the exit code says if all ran."""
     from pycli.paths import new_run_dir
     from pycli.report import skipped_lines, write_report
-    from pycli.train import resolve_inventory
 
-    inventory = resolve_inventory(inventory)
-    cluster = load_cluster(inventory)
+    inventory = cluster.inventory_path
     hosts = cluster.hosts
     names = [host.name for host in hosts]
     run_dir = new_run_dir("bench")
     started = datetime.now()
     began = time.monotonic()
     write(f"pycli: bench on {len(hosts)} servers of {inventory}; run folder {run_dir}")
-    facts = gather_node_facts(inventory, names, run_dir)
+    facts = gather_node_facts(cluster, names, run_dir)
     nodes = [node_capacity(facts[name]) for name in names]
     cells, skipped = plan_matrix(request, nodes)
     allreduce_cells, allreduce_skipped = plan_allreduce(request, nodes)
@@ -736,13 +686,6 @@ def bench(inventory: Path | None, request: BenchRequest, *, write: Callable[[str
              "allreduce": [skipped_document(skip) for skip in allreduce_skipped]}
     for line in skipped_lines(skips):
         write(f"pycli: skip {line}")
-
-    placement_dirs: dict[Placement, Path] = {}
-
-    def inventory_for(place: Placement) -> Path:
-        if place not in placement_dirs:
-            placement_dirs[place] = placement_inventory(inventory, run_dir / "inventories" / str(place), names, place)
-        return placement_dirs[place]
 
     runs: list[RunResult] = []
     allreduce_runs: list[AllreduceRun] = []
@@ -757,7 +700,7 @@ def bench(inventory: Path | None, request: BenchRequest, *, write: Callable[[str
                 cell_dir = run_dir / "runs" / f"{cell.key}-r{repeat}"
                 write(f"pycli: [{len(runs) + 1}/{total}] {cell.describe()}, run {repeat}/{request.repeat} ...")
                 job_began = time.monotonic()
-                code, records, error = _run_job(inventory_for(cell.placement), cell.placement.processes,
+                code, records, error = _run_job(placement_cluster(cluster, cell.placement),
                                                 training_job(cell, request.workload, request.workload_args), cell_dir)
                 measurement = measurement_from_records(request.workload, records) if code == 0 else None
                 if code == 0 and measurement is None:
@@ -771,7 +714,7 @@ def bench(inventory: Path | None, request: BenchRequest, *, write: Callable[[str
                 break
             cell_dir = run_dir / "allreduce" / cell.key
             write(f"pycli: allreduce microbenchmark: {cell.describe()}, sizes {request.allreduce_sizes} ...")
-            code, records, error = _run_job(inventory_for(cell.placement), cell.placement.processes,
+            code, records, error = _run_job(placement_cluster(cluster, cell.placement),
                                             allreduce_job(cell, request.allreduce_sizes or "", request.allreduce_iters), cell_dir)
             allreduce_runs.append(AllreduceRun(cell, code, cell_dir, list(records), error))
             if records:
@@ -780,7 +723,7 @@ def bench(inventory: Path | None, request: BenchRequest, *, write: Callable[[str
                 write(f"pycli:     FAILED ({error or 'no results'}); output in {cell_dir / 'output.log'}")
             interrupted = code == EXIT_INTERRUPTED
         if not interrupted and request.allreduce_sizes is not None:
-            tcp = measure_tcp(inventory, hosts, facts, run_dir, request.iperf_seconds)
+            tcp = measure_tcp(cluster, facts, run_dir, request.iperf_seconds)
             write(f"pycli: raw TCP {tcp.client} -> {tcp.server}: "
                   + (f"{tcp.gbit_per_s:.2f} Gbit/s (iperf3, {tcp.seconds} s)" if tcp.gbit_per_s is not None else tcp.note))
     except KeyboardInterrupt:

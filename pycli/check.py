@@ -25,12 +25,14 @@ from pathlib import Path
 from pycli import runner
 from pycli.cluster_model import Cluster, Host
 from pycli.errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, BadInput, PycliError, Unreachable
+from pycli.launch_lines import HOROVOD_CONTROLLERS
+from pycli.job_log import job_failure, run_logged_job
 from pycli.paths import PROJECT_ROOT, new_run_dir
+from pycli.train import JobRequest
 
 FACTS_PLAYBOOK = PROJECT_ROOT / "playbooks" / "facts.yml"
 ALLREDUCE_SCRIPT = PROJECT_ROOT / "workloads" / "allreduce.py"
 DEFAULT_CUDA_IMAGE = "nvidia/cuda:12.8.1-base-ubuntu22.04"
-HOROVOD_CONTROLLERS = ("gloo", "mpi")
 SSH_TIMEOUT_S = 10
 MPIRUN_TIMEOUT_S = 120
 DOCKER_TIMEOUT_S = 900
@@ -55,20 +57,6 @@ def human_size(size: int) -> str:
         if size >= scale and size % scale == 0:
             return f"{size // scale}{unit}"
     return f"{size}B"
-
-
-# --- what a failed job said -----------------------------------------------------------------
-
-_ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception): ")
-
-
-def job_failure(lines: Sequence[str]) -> str:
-    """The line that says why a job failed: the first exception raised, else its last words."""
-    for line in lines:
-        if _ERROR_LINE.search(line):
-            return line.strip()
-    useful = [line.strip() for line in lines if line.strip() and not line.startswith("pycli:")]
-    return " | ".join(useful[-3:]) or "no output"
 
 
 # --- commands on nodes (the thin adapter over runner.run) ----------------------------------
@@ -116,7 +104,7 @@ def node_output_from_event(event: Mapping[str, object]) -> NodeOutput | None:
 
 
 def run_on_nodes(
-    inventory: Path, hosts: Sequence[str], run_dir: Path, command: str | None = None, *, module: str = "ansible.builtin.shell"
+    cluster: Cluster, hosts: Sequence[str], run_dir: Path, command: str | None = None, *, module: str = "ansible.builtin.shell"
 ) -> dict[str, NodeOutput]:
     """Run a bash `command` (or a module without arguments, e.g. ping) on `hosts`; every host answers."""
     args = ""
@@ -124,7 +112,7 @@ def run_on_nodes(
         if any(marker in command for marker in ("{{", "{%", "{#")):
             raise ValueError("Ansible would template this command; it must not hold Jinja markers")
         args = json.dumps({"cmd": command, "executable": "/bin/bash"})
-    request = runner.RunRequest(inventory=inventory, pattern=",".join(hosts), module=module, module_args=args)
+    request = runner.RunRequest(inventory=cluster.inventory_path, pattern=",".join(hosts), module=module, module_args=args)
     answers: dict[str, NodeOutput] = {}
 
     def on_event(event: Mapping[str, object]) -> None:
@@ -334,12 +322,12 @@ def node_facts_from_json(data: Mapping[str, object]) -> NodeFacts:
     )
 
 
-def gather_node_facts(inventory: Path, hosts: Sequence[str], run_dir: Path) -> dict[str, NodeFacts]:
+def gather_node_facts(cluster: Cluster, hosts: Sequence[str], run_dir: Path) -> dict[str, NodeFacts]:
     """Run playbooks/facts.yml on `hosts` and read back one NodeFacts each."""
     facts_dir = run_dir / "facts"
     facts_dir.mkdir(parents=True, exist_ok=True)
     request = runner.RunRequest(
-        inventory=inventory, playbook=FACTS_PLAYBOOK, limit=",".join(hosts),
+        inventory=cluster.inventory_path, playbook=FACTS_PLAYBOOK, limit=",".join(hosts),
         extravars={"pycli_facts_dir": str(facts_dir.resolve())},
     )
     result = runner.run(request, run_dir / "facts-run")
@@ -385,7 +373,7 @@ def skipped(name: str, why: str) -> GateResult:
 @dataclass(frozen=True)
 class CheckOptions:
     busbw_floor_gbps: float = 0.0  # 0: no floor
-    backend: str = "gloo"  # horovodrun's controller for the allreduce gate
+    controller: str = "gloo"  # horovodrun's controller for the allreduce gate
     allreduce_size: str = "64M"
     controllers: tuple[str, ...] = HOROVOD_CONTROLLERS
     cuda_image: str = DEFAULT_CUDA_IMAGE
@@ -393,7 +381,6 @@ class CheckOptions:
 
 @dataclass
 class CheckContext:
-    inventory: Path
     cluster: Cluster
     run_dir: Path
     options: CheckOptions
@@ -408,13 +395,13 @@ class CheckContext:
 
 
 def check_options(
-    *, busbw_floor_gbps: float, backend: str, allreduce_size: str, controllers: str, cuda_image: str
+    *, busbw_floor_gbps: float, controller: str, allreduce_size: str, controllers: str, cuda_image: str
 ) -> CheckOptions:
     """The options, checked before any node is touched (BadInput, exit 2)."""
     if busbw_floor_gbps < 0:
         raise BadInput(f"--busbw-floor {busbw_floor_gbps}: a bandwidth floor is 0 (off) or more, in GB/s")
-    if backend not in HOROVOD_CONTROLLERS:
-        raise BadInput(f"unknown --backend {backend!r}; use one of {', '.join(HOROVOD_CONTROLLERS)}")
+    if controller not in HOROVOD_CONTROLLERS:
+        raise BadInput(f"unknown --controller {controller!r}; use one of {', '.join(HOROVOD_CONTROLLERS)}")
     parse_size(allreduce_size, "--allreduce-size")
     wanted = tuple(dict.fromkeys(part.strip().lower() for part in controllers.split(",") if part.strip()))
     unknown = [name for name in wanted if name not in HOROVOD_CONTROLLERS]
@@ -422,7 +409,7 @@ def check_options(
         raise BadInput(f"--controllers {controllers!r}: name one or more of {', '.join(HOROVOD_CONTROLLERS)}")
     if not cuda_image.strip() or any(ch.isspace() for ch in cuda_image.strip()):
         raise BadInput(f"--cuda-image {cuda_image!r} is not an image name")
-    return CheckOptions(busbw_floor_gbps, backend, allreduce_size, wanted, cuda_image.strip())
+    return CheckOptions(busbw_floor_gbps, controller, allreduce_size, wanted, cuda_image.strip())
 
 
 # Gate 1: every node reachable.
@@ -514,7 +501,7 @@ def evaluate_mesh(hosts: Sequence[Host], answers: Mapping[str, NodeOutput]) -> G
 
 
 def gate_ssh_mesh(ctx: CheckContext) -> GateResult:
-    answers = run_on_nodes(ctx.inventory, ctx.names, ctx.step_dir("ssh_mesh"), mesh_command(ctx.cluster.hosts))
+    answers = run_on_nodes(ctx.cluster, ctx.names, ctx.step_dir("ssh_mesh"), mesh_command(ctx.cluster.hosts))
     return evaluate_mesh(ctx.cluster.hosts, answers)
 
 
@@ -542,7 +529,7 @@ def evaluate_same_software(names: Sequence[str], facts: Mapping[str, NodeFacts])
 
 
 def gate_same_software(ctx: CheckContext) -> GateResult:
-    ctx.facts = gather_node_facts(ctx.inventory, ctx.names, ctx.step_dir("same_software"))
+    ctx.facts = gather_node_facts(ctx.cluster, ctx.names, ctx.step_dir("same_software"))
     return evaluate_same_software(ctx.names, ctx.facts)
 
 
@@ -618,7 +605,7 @@ def gate_mpirun(ctx: CheckContext) -> GateResult:
         return failed("mpirun", f"no mpirun on the launcher {launcher.name}. Run 'pycli provision --tags openmpi'")
     command = mpirun_command(mpirun, ctx.cluster.hosts, launcher.login_user, ctx.cluster.settings.get("pycli_network_interface"))
     began = time.monotonic()
-    answer = run_on_nodes(ctx.inventory, [launcher.name], ctx.step_dir("mpirun"), command)[launcher.name]
+    answer = run_on_nodes(ctx.cluster, [launcher.name], ctx.step_dir("mpirun"), command)[launcher.name]
     return evaluate_mpirun(ctx.names, ctx.facts, answer, time.monotonic() - began)
 
 
@@ -640,27 +627,24 @@ def evaluate_allreduce(records: Sequence[dict], *, ranks: int, nodes: int, size:
     return passed("allreduce", f"{figure}; {floor}")
 
 
-def gate_allreduce(ctx: CheckContext) -> GateResult:
-    from pycli.train import train
+def allreduce_request(cluster: Cluster, controller: str, size: int) -> JobRequest:
+    """The allreduce gate's job: workloads/allreduce.py on every slot, under horovodrun."""
+    return JobRequest(
+        np=cluster.total_slots, workload=str(ALLREDUCE_SCRIPT), launcher="horovod", controller=controller,
+        script_args=("--sizes", str(size), "--iters", "5", "--metrics", "metrics.jsonl"),
+    )
 
+
+def gate_allreduce(ctx: CheckContext) -> GateResult:
     size = parse_size(ctx.options.allreduce_size, "--allreduce-size")
-    log_path = ctx.step_dir("allreduce") / "output.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("w") as log:
-        try:
-            outcome = train(
-                ctx.inventory, np=ctx.cluster.total_slots, workload=str(ALLREDUCE_SCRIPT), launcher="horovod",
-                backend=ctx.options.backend, script_args=["--sizes", str(size), "--iters", "5", "--metrics", "metrics.jsonl"],
-                network_interface=None, data_dir=None, resume=None,
-                write=lambda line: print(line, file=log, flush=True), run_dir=ctx.step_dir("allreduce"),
-            )
-        except PycliError as exc:
-            return failed("allreduce", f"{exc}")
-    if outcome.code != 0:
-        why = job_failure(log_path.read_text(errors="replace").splitlines())
-        return failed("allreduce", f"the horovodrun --{ctx.options.backend} job failed (exit {outcome.code}): "
-                      f"{why}; full output in {log_path}")
-    return evaluate_allreduce(outcome.records, ranks=ctx.cluster.total_slots, nodes=len(ctx.cluster.hosts), size=size,
+    request = allreduce_request(ctx.cluster, ctx.options.controller, size)
+    job = run_logged_job(ctx.cluster, request, ctx.step_dir("allreduce"))
+    if job.refused:
+        return failed("allreduce", job.refused)
+    if job.code != 0:
+        return failed("allreduce", f"the horovodrun --{ctx.options.controller} job failed (exit {job.code}): "
+                      f"{job.failure()}; full output in {job.log}")
+    return evaluate_allreduce(job.records, ranks=ctx.cluster.total_slots, nodes=len(ctx.cluster.hosts), size=size,
                               floor_gbps=ctx.options.busbw_floor_gbps)
 
 
@@ -745,7 +729,7 @@ def gate_docker_gpu(ctx: CheckContext) -> GateResult:
     nodes = gpu_nodes(ctx.names, ctx.facts)
     if not nodes:
         return skipped("docker_gpu", NO_GPU)
-    answers = run_on_nodes(ctx.inventory, nodes, ctx.step_dir("docker_gpu"), docker_gpu_command(ctx.options.cuda_image))
+    answers = run_on_nodes(ctx.cluster, nodes, ctx.step_dir("docker_gpu"), docker_gpu_command(ctx.options.cuda_image))
     return evaluate_docker_gpu(nodes, ctx.facts, answers, ctx.options.cuda_image)
 
 
@@ -815,13 +799,11 @@ def report_json(inventory: Path, run_dir: Path, results: Sequence[GateResult]) -
     }
 
 
-def check(inventory: Path, options: CheckOptions, *, as_json: bool = False, write: Callable[[str], None] = print) -> int:
-    """Run every gate against the inventory's nodes; the exit code is 0 only when all pass."""
-    from pycli.cluster_model import load_cluster
-
-    cluster = load_cluster(inventory)
+def check(cluster: Cluster, options: CheckOptions, *, as_json: bool = False, write: Callable[[str], None] = print) -> int:
+    """Run every gate against the cluster's nodes; the exit code is 0 only when all pass."""
+    inventory = cluster.inventory_path
     run_dir = new_run_dir("check")
-    ctx = CheckContext(inventory=inventory, cluster=cluster, run_dir=run_dir, options=options)
+    ctx = CheckContext(cluster=cluster, run_dir=run_dir, options=options)
     if not as_json:
         write(f"pycli: checking {len(cluster.hosts)} nodes of {inventory}; run folder {run_dir}")
     counter = iter(range(1, len(GATES) + 1))

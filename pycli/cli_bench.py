@@ -26,10 +26,11 @@ def bench_cmd(
 ) -> None:
     """Run WORKLOAD over each backend and launcher on 1..N processes, within and across servers; write a report."""
     from pycli.bench import bench, bench_request
+    from pycli.cli_options import load_inventory
 
     request = bench_request(
         backends=backends, process_counts=process_counts, launchers=launchers, workload=workload, repeat=repeat,
         workload_args=workload_args or [], allreduce_sizes=None if no_allreduce else allreduce_sizes,
         allreduce_iters=allreduce_iters, iperf_seconds=iperf_seconds,
     )
-    raise typer.Exit(bench(inventory, request))
+    raise typer.Exit(bench(load_inventory(inventory), request))

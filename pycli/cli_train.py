@@ -7,7 +7,6 @@ from pathlib import Path
 import typer
 
 from pycli.containers import DEFAULT_SSH_PORT
-from pycli.train import train
 
 
 def train_cmd(
@@ -16,7 +15,8 @@ def train_cmd(
     np: int = typer.Option(..., "--np", help="Number of processes (ranks) in all."),
     inventory: Path | None = typer.Option(None, "--inventory", "-i", help="Default: the local cluster that is up."),
     launcher: str | None = typer.Option(None, "--launcher", help="horovod (horovodrun), mpirun or torchrun."),
-    backend: str = typer.Option("gloo", "--backend", help="horovodrun's controller: gloo or mpi."),
+    controller: str | None = typer.Option(None, "--controller", help="horovodrun's controller: gloo (default) or mpi."),
+    backend: str | None = typer.Option(None, "--backend", hidden=True, help="Old name of --controller."),
     network_interface: str | None = typer.Option(
         None, "--network-interface", help="NIC the ranks talk over (default: inventory's pycli_network_interface)."
     ),
@@ -36,9 +36,20 @@ def train_cmd(
     ),
 ) -> None:
     """Run WORKLOAD on --np processes across the inventory's nodes, started from the launcher node."""
-    outcome = train(
-        inventory, np=np, workload=workload, launcher=launcher, backend=backend, script_args=script_args or [],
-        network_interface=network_interface, data_dir=data_dir, resume=resume,
-        docker_image=docker, docker_ssh_port=docker_ssh_port, docker_options=docker_opt or [],
+    from pycli.cli_options import controller_option, load_inventory
+    from pycli.containers import parse_job_container
+    from pycli.errors import BadInput
+    from pycli.train import JobRequest, run_job
+
+    controller = controller_option(controller, backend)
+    if np < 1:
+        raise BadInput(f"--np {np}: the number of processes must be at least 1")
+    cluster = load_inventory(inventory)
+    container = None
+    if docker is not None:
+        container = parse_job_container(docker, docker_ssh_port, docker_opt or [], cluster.hosts)
+    request = JobRequest(
+        np=np, workload=workload, launcher=launcher, controller=controller, script_args=tuple(script_args or ()),
+        network_interface=network_interface, data_dir=data_dir, resume=resume, container=container,
     )
-    raise typer.Exit(outcome.code)
+    raise typer.Exit(run_job(cluster, request).code)

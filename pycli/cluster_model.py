@@ -71,6 +71,9 @@ class Cluster:
     hosts: tuple[Host, ...]
     launcher: str
     settings: Mapping[str, Any] = field(default_factory=dict)
+    # The inventory it was read from: playbooks and ad-hoc commands run against it. Not part
+    # of what the cluster is (two reads of the same hosts are equal wherever they came from).
+    inventory: Path | None = field(default=None, compare=False)
 
     @property
     def total_slots(self) -> int:
@@ -79,6 +82,13 @@ class Cluster:
     @property
     def launcher_host(self) -> Host:
         return next(host for host in self.hosts if host.name == self.launcher)
+
+    @property
+    def inventory_path(self) -> Path:
+        """The inventory Ansible reads for this cluster; only a cluster read from one has it."""
+        if self.inventory is None:
+            raise ValueError("this cluster was not read from an inventory; Ansible cannot reach its hosts")
+        return self.inventory
 
 
 def current_user() -> str:
@@ -300,7 +310,7 @@ def load_cluster(path: Path | str) -> Cluster:
         raise problems_error(source, problems)
     launcher = launcher or hosts[0].name
     settings = {var: host_vars[launcher][var] for var in SETTINGS_VARS if host_vars[launcher].get(var) not in (None, "")}
-    return Cluster(hosts=tuple(hosts), launcher=launcher, settings=settings)
+    return Cluster(hosts=tuple(hosts), launcher=launcher, settings=settings, inventory=path)
 
 
 def _check_readable(path: Path) -> None:

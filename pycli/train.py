@@ -16,7 +16,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 
@@ -25,6 +25,7 @@ from pycli.cluster_model import Cluster, Host
 from pycli.containers import JobContainer
 from pycli.errors import EXIT_FAILED, BadInput, PycliError, Unreachable
 from pycli.hostfiles import fill_slots, render_hostfile
+from pycli.launch_lines import HOROVOD_CONTROLLERS
 from pycli.paths import PROJECT_ROOT, cache_dir, new_run_dir
 
 WORKLOADS_DIR = PROJECT_ROOT / "workloads"
@@ -32,7 +33,6 @@ STAGE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "stage.yml"
 COLLECT_PLAYBOOK = PROJECT_ROOT / "playbooks" / "collect.yml"
 CONTAINER_PLAYBOOK = PROJECT_ROOT / "playbooks" / "job_container.yml"
 LAUNCHERS = ("horovod", "mpirun", "torchrun")
-BACKENDS = ("gloo", "mpi")
 EXIT_INTERRUPTED = 130
 TORCHRUN_PORT = 29400
 
@@ -61,10 +61,28 @@ class NodeLayout:
 
 
 @dataclass(frozen=True)
+class JobRequest:
+    """One job as a caller asks for it: `pycli train`, the allreduce gate of `pycli check`, each run of `pycli bench`.
+
+    Pure data; `plan_job` checks it against the cluster before anything runs.
+    """
+
+    np: int
+    workload: str = "mnist"  # a built-in workload (WORKLOADS) or a path to a .py script
+    launcher: str | None = None  # None: the workload's usual launcher
+    controller: str = "gloo"  # horovodrun's controller: gloo or mpi
+    script_args: tuple[str, ...] = ()
+    network_interface: str | None = None  # None: the inventory's pycli_network_interface
+    data_dir: Path | None = None  # on the controller; None: the built-in digits where the workload reads data
+    resume: Path | None = None  # a checkpoint on the controller to continue from
+    container: JobContainer | None = None  # every rank inside the job's containers (--docker)
+
+
+@dataclass(frozen=True)
 class JobPlan:
     job_id: str
     launcher: str
-    backend: str
+    controller: str
     np: int
     hosts: tuple[Host, ...]
     script: Path  # on the controller
@@ -112,24 +130,12 @@ def remote_data_dir(layout: NodeLayout, data_dir: Path) -> PurePosixPath:
     return layout.work_dir / "data" / f"{data_dir.name}-{digest}"
 
 
-def plan_job(
-    cluster: Cluster,
-    *,
-    np: int,
-    workload: str,
-    launcher: str | None,
-    backend: str,
-    script_args: Sequence[str],
-    layout: NodeLayout,
-    job_id: str,
-    network_interface: str | None = None,
-    data_dir: Path | None = None,
-    resume: Path | None = None,
-    container: JobContainer | None = None,
-) -> JobPlan:
+def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_id: str) -> JobPlan:
     """Check the request against the cluster and decide every path and host: no side effects."""
-    if backend not in BACKENDS:
-        raise BadInput(f"unknown --backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    np, workload, launcher = request.np, request.workload, request.launcher
+    data_dir, resume = request.data_dir, request.resume
+    if request.controller not in HOROVOD_CONTROLLERS:
+        raise BadInput(f"unknown --controller {request.controller!r}; use one of {', '.join(HOROVOD_CONTROLLERS)}")
     if launcher is not None and launcher not in LAUNCHERS:
         raise BadInput(f"unknown --launcher {launcher!r}; use one of {', '.join(LAUNCHERS)}")
     if workload in WORKLOADS:
@@ -162,9 +168,10 @@ def plan_job(
     if launcher == "horovod":
         render_hostfile(hosts, "horovod")  # refuses what horovodrun would misread
     return JobPlan(
-        job_id=job_id, launcher=launcher, backend=backend, np=np, hosts=hosts, script=script,
-        script_args=tuple(script_args), layout=layout, network_interface=network_interface,
-        data_dir=data_dir if needs_data else None, resume=resume, container=container,
+        job_id=job_id, launcher=launcher, controller=request.controller, np=np, hosts=hosts, script=script,
+        script_args=tuple(request.script_args), layout=layout,
+        network_interface=request.network_interface or cluster.settings.get("pycli_network_interface") or None,
+        data_dir=data_dir if needs_data else None, resume=resume, container=request.container,
     )
 
 
@@ -191,7 +198,7 @@ def _program(plan: JobPlan) -> list[str]:
 
 def horovodrun_argv(plan: JobPlan) -> list[str]:
     argv = [plan.tool("horovodrun"), "-np", str(plan.np), "-H", render_hostfile(plan.hosts, "horovod").strip()]
-    argv.append("--gloo" if plan.backend == "gloo" else "--mpi")
+    argv.append("--gloo" if plan.controller == "gloo" else "--mpi")
     ports = plan.ssh_ports
     if ports != {22}:
         argv += ["-p", str(ports.pop())]
@@ -376,7 +383,7 @@ def ssh_argv(host: Host, command: str) -> list[str]:
             "-p", str(host.port), *host.ssh_options, f"{host.login_user}@{host.address}", command]
 
 
-def run_job(plan: JobPlan, write: Callable[[str], None] = print) -> int:
+def run_processes(plan: JobPlan, write: Callable[[str], None] = print) -> int:
     """Start the job's processes, stream their output, forward Ctrl-C; return the job's exit code."""
     commands = launch_commands(plan)
     many = len(commands) > 1
@@ -420,20 +427,6 @@ def run_job(plan: JobPlan, write: Callable[[str], None] = print) -> int:
 # --- the command --------------------------------------------------------------------------
 
 
-def resolve_inventory(inventory: Path | None) -> Path:
-    """The inventory given, else the one local cluster that is up."""
-    if inventory is not None:
-        return inventory
-    from pycli import local_cluster
-
-    running = local_cluster.running_clusters()
-    if len(running) == 1:
-        return next(iter(running.values()))
-    if not running:
-        raise BadInput("no inventory given and no local cluster is up: pass -i INVENTORY, or run 'pycli cluster up'")
-    raise BadInput(f"no inventory given and {len(running)} local clusters are up ({', '.join(sorted(running))}): pass -i INVENTORY")
-
-
 def workload_needs_data(workload: str) -> bool:
     return workload in WORKLOADS and WORKLOADS[workload][2]
 
@@ -466,49 +459,33 @@ class TrainOutcome:
     plan: JobPlan
 
 
-def train(
-    inventory: Path | None,
-    *,
-    np: int,
-    workload: str,
-    launcher: str | None,
-    backend: str,
-    script_args: Sequence[str],
-    network_interface: str | None,
-    data_dir: Path | None,
-    resume: Path | None,
-    docker_image: str | None = None,
-    docker_ssh_port: int = containers.DEFAULT_SSH_PORT,
-    docker_options: Sequence[str] = (),
-    write: Callable[[str], None] = print,
-    run_dir: Path | None = None,
-) -> TrainOutcome:
-    """Plan, stage, run and collect one job; `run_dir` defaults to a new runs/<time>-train/.
-
-    With `docker_image`, every rank runs inside a container of that image on its node."""
-    from pycli.cluster_model import load_cluster
-    from pycli.datasets import digits_dataset
-
-    if np < 1:
-        raise BadInput(f"--np {np}: the number of processes must be at least 1")
-    inventory = resolve_inventory(inventory)
-    cluster = load_cluster(inventory)
+def layout_of(cluster: Cluster) -> NodeLayout:
+    """Where the roles put the venv and the work folder on this cluster's nodes."""
     settings = cluster.settings
-    layout = NodeLayout(
+    return NodeLayout(
         venv=PurePosixPath(str(settings.get("common_venv_path") or NodeLayout.venv)),
         work_dir=PurePosixPath(str(settings.get("common_work_dir") or NodeLayout.work_dir)),
     )
-    container = None
-    if docker_image is not None:
-        container = containers.parse_job_container(docker_image, docker_ssh_port, docker_options, cluster.hosts)
-    if data_dir is None and workload_needs_data(workload):
-        data_dir = digits_dataset(cache_dir())
-    plan = plan_job(
-        cluster, np=np, workload=workload, launcher=launcher, backend=backend, script_args=script_args,
-        layout=layout, job_id=new_job_id(), data_dir=data_dir, resume=resume,
-        network_interface=network_interface or settings.get("pycli_network_interface") or None,
-        container=container,
-    )
+
+
+def run_job(
+    cluster: Cluster,
+    request: JobRequest,
+    *,
+    write: Callable[[str], None] = print,
+    run_dir: Path | None = None,
+) -> TrainOutcome:
+    """Plan, stage, run and collect one job on `cluster`; `run_dir` defaults to a new runs/<time>-train/.
+
+    `cluster` may be one changed in memory (fewer slots, no network interface): the plan
+    follows its hosts, and playbooks run against the inventory it was read from."""
+    from pycli.datasets import digits_dataset
+
+    if request.data_dir is None and workload_needs_data(request.workload):
+        request = replace(request, data_dir=digits_dataset(cache_dir()))
+    plan = plan_job(cluster, request, layout=layout_of(cluster), job_id=new_job_id())
+    inventory = cluster.inventory_path
+    container = plan.container
     run_dir = run_dir or new_run_dir("train")
     run_dir.mkdir(parents=True, exist_ok=True)
     commands = launch_commands(plan)
@@ -516,7 +493,7 @@ def train(
         f"job {plan.job_id}\nhosts {','.join(h.name for h in plan.hosts)}\n"
         + "".join(f"{host.name}: {line}\n" for host, line in commands)
     )
-    how = f"horovodrun --{plan.backend}" if plan.launcher == "horovod" else plan.launcher
+    how = f"horovodrun --{plan.controller}" if plan.launcher == "horovod" else plan.launcher
     inside = f" inside {container.image} containers" if container else ""
     write(f"pycli: job {plan.job_id}: {plan.np} process(es) on {', '.join(h.name for h in plan.hosts)} "
           f"via {how}{inside}; run folder {run_dir}")
@@ -536,7 +513,7 @@ def train(
             write(f"pycli: job containers up on {', '.join(h.name for h in plan.hosts)} "
                   f"(sshd on port {container.ssh_port}) in {time.monotonic() - up:.0f} s")
         started = time.monotonic()  # the job's own time, as without containers
-        code = run_job(plan, write)
+        code = run_processes(plan, write)
     finally:
         if container is not None:
             remove_containers(plan, inventory, run_dir)

@@ -258,8 +258,8 @@ def test_docker_gpu_gate_counts_the_gpus_the_container_sees():
 
 
 def _context(tmp_path) -> CheckContext:
-    return CheckContext(Path("inv.ini"), Cluster(HOSTS, "node1"), tmp_path, check_options(
-        busbw_floor_gbps=0, backend="gloo", allreduce_size="64M", controllers="gloo,mpi", cuda_image=DEFAULT_CUDA_IMAGE))
+    return CheckContext(Cluster(HOSTS, "node1"), tmp_path, check_options(
+        busbw_floor_gbps=0, controller="gloo", allreduce_size="64M", controllers="gloo,mpi", cuda_image=DEFAULT_CUDA_IMAGE))
 
 
 def test_gates_run_in_order_and_stop_at_the_first_failure(tmp_path):
@@ -291,13 +291,13 @@ def test_the_unreachable_exit_code_is_the_failing_gates():
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"busbw_floor_gbps": -1}, "--busbw-floor"),
-    ({"backend": "nccl"}, "unknown --backend 'nccl'"),
+    ({"controller": "nccl"}, "unknown --controller 'nccl'"),
     ({"allreduce_size": "64Q"}, "--allreduce-size '64Q'"),
     ({"controllers": "gloo,ccl"}, "--controllers"),
     ({"cuda_image": "a b"}, "--cuda-image"),
 ])
 def test_bad_options_are_bad_input(kwargs, message):
-    options = {"busbw_floor_gbps": 0.0, "backend": "gloo", "allreduce_size": "64M", "controllers": "gloo,mpi",
+    options = {"busbw_floor_gbps": 0.0, "controller": "gloo", "allreduce_size": "64M", "controllers": "gloo,mpi",
                "cuda_image": DEFAULT_CUDA_IMAGE, **kwargs}
     with pytest.raises(BadInput, match=message.replace("(", r"\(")):
         check_options(**options)

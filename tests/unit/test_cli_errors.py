@@ -30,3 +30,17 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
 def test_version(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("pycli ")
+
+
+def test_controller_and_its_old_name_backend():
+    from pycli.cli_options import controller_option
+    from pycli.errors import BadInput
+
+    assert controller_option(None, None) == "gloo"
+    assert controller_option("mpi", None) == controller_option(None, "mpi") == controller_option("mpi", "mpi") == "mpi"
+    with pytest.raises(BadInput, match="unknown --controller 'nccl'"):
+        controller_option("nccl", None)
+    with pytest.raises(BadInput, match="unknown --backend 'nccl'"):
+        controller_option(None, "nccl")
+    with pytest.raises(BadInput, match="--controller mpi and --backend gloo disagree"):
+        controller_option("mpi", "gloo")
