@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-# The command's defaults; tests/unit/test_bench.py keeps them equal to pycli.bench's. The
+# The command's defaults; tests/unit/test_bench.py keeps them equal to pycli.bench_plan's. The
 # module itself is imported when the command runs, so `pycli --help` stays quick.
 DEFAULT_ALLREDUCE_SIZES = "4K:256M"
 
@@ -25,7 +25,8 @@ def bench_cmd(
     iperf_seconds: int = typer.Option(5, "--iperf-seconds", help="Length of the raw TCP measurement."),
 ) -> None:
     """Run WORKLOAD over each backend and launcher on 1..N processes, within and across servers; write a report."""
-    from pycli.bench import bench, bench_request
+    from pycli.bench import bench
+    from pycli.bench_plan import bench_request
     from pycli.cli_options import load_inventory
 
     request = bench_request(

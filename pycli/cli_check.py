@@ -25,7 +25,8 @@ def check_cmd(
 ) -> None:
     """Check INVENTORY's nodes gate by gate: reachable, SSH mesh, same software, Horovod build, mpirun,
     allreduce, and on GPU nodes nvidia-smi, driver/library match and docker --gpus all."""
-    from pycli.check import check, check_options
+    from pycli.check import check_options
+    from pycli.check_run import check
     from pycli.cli_options import controller_option, load_inventory
 
     options = check_options(

@@ -383,7 +383,6 @@ class _AsGiven:
         return self._given + where[len(self._absolute):] if where.startswith(self._absolute) else where
 
 
-
 def _inventory_vars(
     inventory: Any, loader: Any, sources: list[str], names: Iterable[str]
 ) -> tuple[dict[str, dict[str, Any]], list[str]]:

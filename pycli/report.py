@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from pycli.check import human_size
+from pycli.sizes import human_size
 
 CELL_COLUMNS = (
     "launcher", "backend", "device", "scope", "servers", "processes_per_server", "processes", "status", "reason",

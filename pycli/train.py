@@ -1,14 +1,16 @@
-"""`pycli train`: a distributed job across the inventory's nodes, started on the launcher node.
+"""`pycli train`: a distributed job across the cluster's nodes, started on the launcher node.
 
-Planning is pure (which hosts, which command line for horovodrun, mpirun or torchrun);
-staging and collecting results go through playbooks and the one runner adapter; the job
-itself runs over OpenSSH with the inventory's own connection settings, so host keys are
-checked exactly as Ansible checks them, and its output streams back line by line.
+`plan_job` checks a `JobRequest` against the cluster and decides every host and path (pure;
+the command lines come from pycli.launch_lines); staging, containers and collecting results
+go through playbooks and the one runner adapter; the job itself runs over OpenSSH
+(pycli.nodes) with the inventory's own connection settings, its output streamed line by line.
+`run_job` does all of it: `pycli train`, the allreduce gate of `pycli check` and every run of
+`pycli bench` call it.
 """
 
 from __future__ import annotations
 
-import hashlib
+import json
 import os
 import shlex
 import signal
@@ -21,20 +23,19 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 
 from pycli import containers, runner
-from pycli.cluster_model import Cluster, Host
+from pycli.cluster_model import Cluster
 from pycli.containers import JobContainer
 from pycli.errors import EXIT_FAILED, BadInput, PycliError, Unreachable
 from pycli.hostfiles import fill_slots, render_hostfile
-from pycli.launch_lines import HOROVOD_CONTROLLERS
+from pycli.launch_lines import HOROVOD_CONTROLLERS, WORKLOADS_DIR, JobPlan, NodeLayout, launch_commands, remote_data_dir
+from pycli.nodes import RemoteProcess, ssh_argv
 from pycli.paths import PROJECT_ROOT, cache_dir, new_run_dir
 
-WORKLOADS_DIR = PROJECT_ROOT / "workloads"
 STAGE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "stage.yml"
 COLLECT_PLAYBOOK = PROJECT_ROOT / "playbooks" / "collect.yml"
 CONTAINER_PLAYBOOK = PROJECT_ROOT / "playbooks" / "job_container.yml"
 LAUNCHERS = ("horovod", "mpirun", "torchrun")
 EXIT_INTERRUPTED = 130
-TORCHRUN_PORT = 29400
 
 # Built-in workloads: script, the launchers that can start it, whether it reads IDX data.
 WORKLOADS = {
@@ -43,21 +44,6 @@ WORKLOADS = {
     "synthetic": ("synthetic.py", ("horovod", "mpirun", "torchrun"), False),
 }
 DEFAULT_LAUNCHER = {"mnist": "horovod", "ddp": "torchrun", "synthetic": "horovod"}
-
-
-@dataclass(frozen=True)
-class NodeLayout:
-    """Where the roles put things on every node (role defaults, overridable in the inventory)."""
-
-    venv: PurePosixPath = PurePosixPath("/opt/pycli/venv")
-    work_dir: PurePosixPath = PurePosixPath("/srv/pycli")
-
-    @property
-    def python(self) -> str:
-        return str(self.venv / "bin" / "python")
-
-    def tool(self, name: str) -> str:
-        return str(self.venv / "bin" / name)
 
 
 @dataclass(frozen=True)
@@ -78,56 +64,9 @@ class JobRequest:
     container: JobContainer | None = None  # every rank inside the job's containers (--docker)
 
 
-@dataclass(frozen=True)
-class JobPlan:
-    job_id: str
-    launcher: str
-    controller: str
-    np: int
-    hosts: tuple[Host, ...]
-    script: Path  # on the controller
-    script_args: tuple[str, ...]
-    layout: NodeLayout
-    network_interface: str | None = None
-    data_dir: Path | None = None  # on the controller
-    resume: Path | None = None  # on the controller
-    container: JobContainer | None = None  # --docker: every rank inside the job's containers
-
-    @property
-    def job_dir(self) -> PurePosixPath:
-        return self.layout.work_dir / "jobs" / self.job_id
-
-    @property
-    def python(self) -> str:
-        # In a container, the image's own interpreter and tools, found on its PATH.
-        return "python3" if self.container else self.layout.python
-
-    def tool(self, name: str) -> str:
-        return name if self.container else self.layout.tool(name)
-
-    @property
-    def ssh_ports(self) -> set[int]:
-        """The ports horovodrun and mpirun reach the job's hosts on (the containers' sshd)."""
-        return {self.container.ssh_port} if self.container else {h.port for h in self.hosts}
-
-    @property
-    def remote_script(self) -> PurePosixPath:
-        return self.job_dir / "workloads" / self.script.name
-
-    @property
-    def rank0(self) -> Host:
-        return self.hosts[0]
-
-
 def new_job_id(now: datetime | None = None) -> str:
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{os.getpid()}"
-
-
-def remote_data_dir(layout: NodeLayout, data_dir: Path) -> PurePosixPath:
-    """Data is staged once per content name, outside the job, so later jobs reuse it."""
-    digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:8]
-    return layout.work_dir / "data" / f"{data_dir.name}-{digest}"
 
 
 def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_id: str) -> JobPlan:
@@ -173,91 +112,6 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
         network_interface=request.network_interface or cluster.settings.get("pycli_network_interface") or None,
         data_dir=data_dir if needs_data else None, resume=resume, container=request.container,
     )
-
-
-def workload_args(plan: JobPlan) -> list[str]:
-    """The arguments pycli adds for its own workloads: data, checkpoint, metrics, resume."""
-    args: list[str] = []
-    name = plan.script.name
-    if plan.script.parent == WORKLOADS_DIR and name in ("mnist.py", "ddp.py"):
-        args += ["--checkpoint", str(plan.job_dir / "checkpoints" / "last.pt"), "--metrics", str(plan.job_dir / "metrics.jsonl")]
-        if plan.resume is not None:
-            args += ["--resume", str(plan.job_dir / "resume.pt")]
-    if plan.script.parent == WORKLOADS_DIR and name == "synthetic.py":
-        args += ["--metrics", str(plan.job_dir / "metrics.jsonl")]
-        if plan.launcher == "torchrun":
-            args += ["--comm", "ddp"]
-    if plan.data_dir is not None:
-        args += ["--data-dir", str(remote_data_dir(plan.layout, plan.data_dir))]
-    return args + list(plan.script_args)
-
-
-def _program(plan: JobPlan) -> list[str]:
-    return [plan.python, "-u", str(plan.remote_script), *workload_args(plan)]
-
-
-def horovodrun_argv(plan: JobPlan) -> list[str]:
-    argv = [plan.tool("horovodrun"), "-np", str(plan.np), "-H", render_hostfile(plan.hosts, "horovod").strip()]
-    argv.append("--gloo" if plan.controller == "gloo" else "--mpi")
-    ports = plan.ssh_ports
-    if ports != {22}:
-        argv += ["-p", str(ports.pop())]
-    # horovodrun looks the interface up on every host it talks to; with one host that is
-    # 127.0.0.1, which has no such interface, and the job fails.
-    if plan.network_interface and len(plan.hosts) > 1:
-        argv += ["--network-interface", plan.network_interface]
-    return argv + _program(plan)
-
-
-def mpirun_argv(plan: JobPlan, user: str) -> list[str]:
-    """mpirun as seed 004 runs it: no binding, slots filled in order, TCP without openib."""
-    argv = ["mpirun", "-np", str(plan.np), "-H", render_hostfile(plan.hosts, "horovod").strip(),
-            "-bind-to", "none", "-map-by", "slot", "--tag-output",
-            "-mca", "pml", "ob1", "-mca", "btl", "^openib",
-            "-x", "PATH", "-x", "LD_LIBRARY_PATH", "-x", "PYTHONUNBUFFERED=1"]
-    if user == "root":
-        argv.append("--allow-run-as-root")
-    ports = plan.ssh_ports
-    if ports != {22}:
-        argv += ["-mca", "plm_rsh_args", f"-p {ports.pop()}"]
-    if plan.network_interface:
-        iface = plan.network_interface
-        argv += ["-mca", "btl_tcp_if_include", iface, "-mca", "oob_tcp_if_include", iface,
-                 "-x", f"NCCL_SOCKET_IFNAME={iface}", "-x", f"GLOO_SOCKET_IFNAME={iface}"]
-    return argv + _program(plan)
-
-
-def torchrun_argv(plan: JobPlan, node_rank: int) -> list[str]:
-    host = plan.hosts[node_rank]
-    return [plan.tool("torchrun"), "--nnodes", str(len(plan.hosts)), "--nproc-per-node", str(host.slots),
-            "--node-rank", str(node_rank), "--master-addr", plan.rank0.address, "--master-port", str(TORCHRUN_PORT),
-            str(plan.remote_script), *workload_args(plan)]
-
-
-def remote_shell(plan: JobPlan, argv: Sequence[str]) -> str:
-    """The shell line run on a node: the job's folder, the shared venv first on PATH.
-
-    With --docker, the same command inside the node's job container, on the image's PATH."""
-    env = ["PYTHONUNBUFFERED=1"]
-    if plan.network_interface:
-        env += [f"GLOO_SOCKET_IFNAME={plan.network_interface}", f"NCCL_SOCKET_IFNAME={plan.network_interface}"]
-    if plan.container:
-        return containers.exec_line(plan.container, plan.job_id, plan.job_dir, env, argv)
-    env.insert(0, f"PATH={plan.layout.venv / 'bin'}:$PATH")
-    return f"cd {shlex.quote(str(plan.job_dir))} && exec env {' '.join(env)} {shlex.join(argv)}"
-
-
-def launch_commands(plan: JobPlan) -> list[tuple[Host, str]]:
-    """(host, shell line) for every process pycli starts over SSH: one launcher, or one per node."""
-    if plan.launcher == "torchrun":
-        return [(host, remote_shell(plan, torchrun_argv(plan, i))) for i, host in enumerate(plan.hosts)]
-    if plan.launcher == "mpirun":
-        user = "root" if plan.container else plan.rank0.login_user  # job containers run as root
-        return [(plan.rank0, remote_shell(plan, mpirun_argv(plan, user)))]
-    return [(plan.rank0, remote_shell(plan, horovodrun_argv(plan)))]
-
-
-# --- side effects: stage, run, clean up, collect ------------------------------------------
 
 
 def _run_playbook(inventory: Path, playbook: Path, run_dir: Path, extravars: dict, limit: str, what: str) -> None:
@@ -336,53 +190,6 @@ def stop_strays(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
     runner.run(request, run_dir / "cleanup")
 
 
-class RemoteProcess:
-    """One command on one node over `ssh -tt`, its output streamed with a prefix.
-
-    A pseudo-terminal on the far side means an interrupt byte reaches the remote process
-    as SIGINT, exactly as Ctrl-C would in an interactive session.
-    """
-
-    def __init__(self, ssh_argv: Sequence[str], prefix: str, write: Callable[[str], None]) -> None:
-        self.prefix = prefix
-        self.write = write
-        self.proc = subprocess.Popen(
-            list(ssh_argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True,  # our Ctrl-C is forwarded, not delivered to ssh directly
-        )
-        self.reader = threading.Thread(target=self._pump, daemon=True)
-        self.reader.start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in iter(self.proc.stdout.readline, b""):
-            line = raw.decode(errors="replace").rstrip("\r\n").replace("\r", "")
-            self.write(f"{self.prefix}{line}" if self.prefix else line)
-
-    def interrupt(self) -> None:
-        if self.proc.poll() is None and self.proc.stdin:
-            try:
-                self.proc.stdin.write(b"\x03")
-                self.proc.stdin.flush()
-            except (BrokenPipeError, OSError):
-                pass
-
-    def wait(self, timeout: float | None = None) -> int:
-        code = self.proc.wait(timeout)
-        self.reader.join(5)
-        return code
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-
-
-def ssh_argv(host: Host, command: str) -> list[str]:
-    """OpenSSH with the host's inventory settings; host keys checked as Ansible checks them."""
-    return ["ssh", "-tt", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "LogLevel=ERROR",
-            "-p", str(host.port), *host.ssh_options, f"{host.login_user}@{host.address}", command]
-
-
 def run_processes(plan: JobPlan, write: Callable[[str], None] = print) -> int:
     """Start the job's processes, stream their output, forward Ctrl-C; return the job's exit code."""
     commands = launch_commands(plan)
@@ -424,17 +231,12 @@ def run_processes(plan: JobPlan, write: Callable[[str], None] = print) -> int:
     return next((code for code in codes if code != 0), 0)
 
 
-# --- the command --------------------------------------------------------------------------
-
-
 def workload_needs_data(workload: str) -> bool:
     return workload in WORKLOADS and WORKLOADS[workload][2]
 
 
 def read_metrics(results: Path) -> list[dict]:
     """The job's metrics records (rank 0's metrics.jsonl), oldest first."""
-    import json
-
     metrics = results / "metrics.jsonl"
     if not metrics.exists():
         return []

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from pycli.bench import (
-    ACROSS, WITHIN, BenchRequest, Cell, Estimate, Measurement, NodeCapacity, Placement, RunResult, allreduce_job,
-    allreduce_placement, bench_request, estimate, measure_tcp, measurement_from_records, parse_choices,
-    parse_iperf3, parse_process_counts, parse_size_range, placement_cluster, placements, plan_allreduce,
-    plan_matrix, ratio, request_command, skip_reason, summarize, tcp_commands, training_job,
+from pycli.bench_plan import (
+    ACROSS, WITHIN, BenchRequest, Cell, NodeCapacity, Placement, allreduce_job, allreduce_placement, bench_request,
+    parse_choices, parse_process_counts, parse_size_range, placement_cluster, placements, plan_allreduce, plan_matrix,
+    request_command, skip_reason, training_job,
 )
-from pycli.check import NodeFacts
+from pycli.bench_stats import Estimate, Measurement, RunResult, estimate, measurement_from_records, ratio, summarize
+from pycli.iperf import measure_tcp, parse_iperf3, tcp_commands
+from pycli.node_facts import NodeFacts
 from pycli.cluster_model import Cluster, Host, load_cluster
 from pycli.datasets import digits_dataset
 from pycli.errors import BadInput
@@ -74,9 +75,9 @@ def test_the_request_writes_the_command_that_makes_it_again():
 
 
 def test_the_cli_default_sizes_are_the_modules():
-    from pycli import bench, cli_bench
+    from pycli import bench_plan, cli_bench
 
-    assert cli_bench.DEFAULT_ALLREDUCE_SIZES == bench.DEFAULT_ALLREDUCE_SIZES
+    assert cli_bench.DEFAULT_ALLREDUCE_SIZES == bench_plan.DEFAULT_ALLREDUCE_SIZES
 
 
 # --- the matrix ----------------------------------------------------------------------------

@@ -7,14 +7,18 @@ from pathlib import Path
 import pytest
 
 from pycli.check import (
-    DEFAULT_CUDA_IMAGE, EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, FAIL, NOT_RUN, PASS, SKIP, CheckContext, Gate,
-    GateResult, NodeFacts, NodeOutput, check_options, docker_gpu_command, evaluate_allreduce, evaluate_docker_gpu,
-    evaluate_driver_library, evaluate_horovod_build, evaluate_mesh, evaluate_mpirun, evaluate_nvidia_smi,
-    evaluate_reachable, evaluate_same_software, exit_code, job_failure, mesh_command, mpirun_command,
-    node_facts_from_json,
-    node_output_from_event, parse_check_build, parse_cuda, parse_nvidia_smi, parse_nvml_library, parse_probe,
-    parse_size, report_json, result_line, run_gates,
+    DEFAULT_CUDA_IMAGE, FAIL, NOT_RUN, PASS, SKIP, CheckContext, Gate, GateResult, check_options, docker_gpu_command,
+    evaluate_allreduce, evaluate_docker_gpu, evaluate_driver_library, evaluate_horovod_build, evaluate_mesh,
+    evaluate_mpirun, evaluate_nvidia_smi, evaluate_reachable, evaluate_same_software, mesh_command, mpirun_command,
 )
+from pycli.check_run import exit_code, report_json, result_line, run_gates
+from pycli.errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
+from pycli.job_log import job_failure
+from pycli.node_facts import (
+    NodeFacts, node_facts_from_json, parse_check_build, parse_cuda, parse_nvidia_smi, parse_nvml_library, parse_probe,
+)
+from pycli.nodes import NodeOutput, node_output_from_event
+from pycli.sizes import parse_size
 from pycli.cluster_model import Cluster, Host
 from pycli.errors import BadInput
 from tests.conftest import run_pycli

@@ -10,7 +10,8 @@ import pytest
 from pycli import containers
 from pycli.cluster_model import Cluster, Host
 from pycli.errors import BadInput
-from pycli.train import JobRequest, NodeLayout, launch_commands, plan_job
+from pycli.launch_lines import NodeLayout, launch_commands
+from pycli.train import JobRequest, plan_job
 
 HOSTS = (Host(name="n1", address="10.9.0.1", user="train", slots=2), Host(name="n2", address="10.9.0.2", user="train", slots=2))
 

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from pycli.bench import (
-    AllreduceRun, BenchRequest, Cell, Measurement, Placement, RunResult, Skipped, TcpLink, results_document, summarize,
-)
-from pycli.check import HorovodBuild, NodeFacts
+from pycli.bench_plan import BenchRequest, Cell, Placement, Skipped
+from pycli.bench_results import AllreduceRun, results_document
+from pycli.bench_stats import Measurement, RunResult, summarize
+from pycli.iperf import TcpLink
+from pycli.node_facts import HorovodBuild, NodeFacts
 from pycli.report import environment_rows, format_value, render_markdown, scaling_rows, skipped_lines, write_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "workloads"))
@@ -124,7 +125,7 @@ def test_a_difference_between_nodes_shows_in_the_environment():
 
 
 def node_document(facts):
-    from pycli.bench import facts_document
+    from pycli.bench_results import facts_document
 
     return facts_document(facts)
 

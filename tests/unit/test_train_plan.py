@@ -7,7 +7,9 @@ import pytest
 
 from pycli.cluster_model import Cluster, Host
 from pycli.errors import BadInput
-from pycli.train import JobRequest, NodeLayout, launch_commands, plan_job, remote_data_dir, ssh_argv, stage_items, workload_args
+from pycli.launch_lines import NodeLayout, launch_commands, remote_data_dir, workload_args
+from pycli.nodes import ssh_argv
+from pycli.train import JobRequest, plan_job, stage_items
 
 LAYOUT = NodeLayout()
 
