@@ -25,16 +25,15 @@ from pycli.bench_plan import (
     BenchRequest, allreduce_job, node_capacity, placement_cluster, plan_allreduce, plan_matrix, training_job,
 )
 from pycli.bench_results import AllreduceRun, results_document, skipped_document
-from pycli.bench_stats import RunResult, measurement_from_records, summarize
+from pycli.bench_stats import CellRun, measurement_from_records, summarize
 from pycli.cluster_model import Cluster
-from pycli.errors import EXIT_FAILED, EXIT_OK
+from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from pycli.iperf import TcpLink, measure_tcp
 from pycli.job_log import run_logged_job
 from pycli.node_facts import gather_node_facts
 from pycli.sizes import human_size
 from pycli.train import JobRequest
 
-EXIT_INTERRUPTED = 130
 
 
 def _run_job(cluster: Cluster, job: JobRequest, run_dir: Path) -> tuple[int, tuple[dict, ...], str]:
@@ -45,7 +44,7 @@ def _run_job(cluster: Cluster, job: JobRequest, run_dir: Path) -> tuple[int, tup
     return done.code, done.records, f"exit {done.code}: {done.failure()}"
 
 
-def _format_run(run: RunResult, workload: str) -> str:
+def _format_run(run: CellRun, workload: str) -> str:
     m = run.measurement
     if m is None:
         return f"FAILED ({run.error or 'no metrics'}); output in {run.run_dir / 'output.log'}"
@@ -74,7 +73,7 @@ def bench(cluster: Cluster, request: BenchRequest, *, write: Callable[[str], Non
     for line in skipped_lines(skips):
         write(f"pycli: skip {line}")
 
-    runs: list[RunResult] = []
+    runs: list[CellRun] = []
     allreduce_runs: list[AllreduceRun] = []
     tcp: TcpLink | None = None
     interrupted = False
@@ -92,7 +91,7 @@ def bench(cluster: Cluster, request: BenchRequest, *, write: Callable[[str], Non
                 measurement = measurement_from_records(request.workload, records) if code == 0 else None
                 if code == 0 and measurement is None:
                     error = "the job wrote no metrics record"
-                run = RunResult(cell, repeat, code, cell_dir, time.monotonic() - job_began, measurement, error)
+                run = CellRun(cell, repeat, code, cell_dir, time.monotonic() - job_began, measurement, error)
                 runs.append(run)
                 write(f"pycli:     {_format_run(run, request.workload)}")
                 interrupted = code == EXIT_INTERRUPTED

@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 from pycli.bench_plan import BenchRequest, Cell, Skipped, request_command
-from pycli.bench_stats import CellSummary, Estimate, RunResult
+from pycli.bench_stats import CellSummary, Estimate, CellRun
 from pycli.iperf import TcpLink
 from pycli.node_facts import NodeFacts
 
@@ -44,7 +44,7 @@ def cell_document(summary: CellSummary) -> dict:
     }
 
 
-def run_document(run: RunResult) -> dict:
+def run_document(run: CellRun) -> dict:
     m = run.measurement
     return {
         **_cell_fields(run.cell), "repeat": run.repeat, "exit_code": run.exit_code, "seconds": round(run.seconds, 1),

@@ -90,7 +90,9 @@ def ratio(top: Estimate, bottom: Estimate, scale: float = 1.0) -> Estimate:
 
 
 @dataclass(frozen=True)
-class RunResult:
+class CellRun:
+    """One run of a cell (one of its --repeat runs) and what it measured."""
+
     cell: Cell
     repeat: int
     exit_code: int
@@ -103,7 +105,7 @@ class RunResult:
 @dataclass(frozen=True)
 class CellSummary:
     cell: Cell
-    runs: tuple[RunResult, ...]
+    runs: tuple[CellRun, ...]
     step_time_s: Estimate | None
     throughput: Estimate | None
     speedup: Estimate | None
@@ -125,13 +127,13 @@ class CellSummary:
         return "failed" if self.runs_ok == 0 else "partly failed"
 
 
-def summarize(cells: Sequence[Cell], runs: Sequence[RunResult]) -> list[CellSummary]:
+def summarize(cells: Sequence[Cell], runs: Sequence[CellRun]) -> list[CellSummary]:
     """Each cell's estimates over its runs; speed-up against the same launcher/backend's 1x1."""
-    by_cell: dict[Cell, list[RunResult]] = {cell: [] for cell in cells}
+    by_cell: dict[Cell, list[CellRun]] = {cell: [] for cell in cells}
     for run in runs:
         by_cell.setdefault(run.cell, []).append(run)
     throughput: dict[Cell, Estimate] = {}
-    partial: list[tuple[Cell, list[RunResult], list[Measurement]]] = []
+    partial: list[tuple[Cell, list[CellRun], list[Measurement]]] = []
     for cell, cell_runs in by_cell.items():
         good = [run.measurement for run in cell_runs if run.measurement is not None]
         if good:

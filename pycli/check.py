@@ -14,13 +14,13 @@ import re
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pycli.cluster_model import Cluster, Host
 from pycli.errors import EXIT_FAILED, EXIT_UNREACHABLE, BadInput
 from pycli.job_log import run_logged_job
-from pycli.launch_lines import ALLREDUCE_SCRIPT, HOROVOD_CONTROLLERS
+from pycli.launch_lines import ALLREDUCE_SCRIPT, HOROVOD_CONTROLLERS, mpirun_argv
 from pycli.node_facts import NodeFacts, gather_node_facts
 from pycli.nodes import SSH_TIMEOUT_S, NodeOutput, run_on_nodes, ssh_probe
 from pycli.sizes import human_size, parse_size
@@ -240,18 +240,13 @@ def gate_horovod_build(ctx: CheckContext) -> GateResult:
 
 
 def mpirun_command(mpirun: str, hosts: Sequence[Host], user: str, network_interface: str | None) -> str:
-    """mpirun from the launcher running `hostname` once on every node, the flags `pycli train` uses."""
-    argv = ["timeout", str(MPIRUN_TIMEOUT_S), mpirun, "-np", str(len(hosts)),
-            "-H", ",".join(f"{host.address}:1" for host in hosts),
-            "-mca", "pml", "ob1", "-mca", "btl", "^openib"]
-    if user == "root":
-        argv.append("--allow-run-as-root")
-    ports = {host.port for host in hosts}
-    if ports != {22}:
-        argv += ["-mca", "plm_rsh_args", f"-p {ports.pop()}"]
-    if network_interface:
-        argv += ["-mca", "btl_tcp_if_include", network_interface, "-mca", "oob_tcp_if_include", network_interface]
-    return shlex.join([*argv, "hostname"])
+    """mpirun from the launcher running `hostname` once on every node, with the flags of `pycli train`'s jobs.
+
+    Untagged output: the gate compares the host names themselves."""
+    one_each = [replace(host, slots=1) for host in hosts]
+    argv = mpirun_argv(mpirun, one_each, np=len(hosts), user=user, ssh_ports={host.port for host in hosts},
+                       network_interface=network_interface, tag_output=False)
+    return shlex.join(["timeout", str(MPIRUN_TIMEOUT_S), *argv, "hostname"])
 
 
 def evaluate_mpirun(names: Sequence[str], facts: Mapping[str, NodeFacts], answer: NodeOutput, seconds: float) -> GateResult:
@@ -269,7 +264,11 @@ def gate_mpirun(ctx: CheckContext) -> GateResult:
     mpirun = ctx.facts[launcher.name].mpirun
     if not mpirun:
         return failed("mpirun", f"no mpirun on the launcher {launcher.name}. Run 'pycli provision --tags openmpi'")
-    command = mpirun_command(mpirun, ctx.cluster.hosts, launcher.login_user, ctx.cluster.settings.get("pycli_network_interface"))
+    try:
+        command = mpirun_command(mpirun, ctx.cluster.hosts, launcher.login_user,
+                                 ctx.cluster.settings.get("pycli_network_interface"))
+    except BadInput as exc:  # host addresses mpirun -H cannot tell apart
+        return failed("mpirun", str(exc))
     began = time.monotonic()
     answer = run_on_nodes(ctx.cluster, [launcher.name], ctx.step_dir("mpirun"), command)[launcher.name]
     return evaluate_mpirun(ctx.names, ctx.facts, answer, time.monotonic() - began)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from pycli.containers import DEFAULT_SSH_PORT
+from pycli.containers import DEFAULT_JOB_SSH_PORT
 
 
 def train_cmd(
@@ -28,7 +28,7 @@ def train_cmd(
         "IMAGE needs python, the launcher and sshd, like horovod/horovod.",
     ),
     docker_ssh_port: int = typer.Option(
-        DEFAULT_SSH_PORT, "--docker-ssh-port", help="Port of the sshd in each job container (the nodes' network is shared)."
+        DEFAULT_JOB_SSH_PORT, "--docker-ssh-port", help="Port of the sshd in each job container (the nodes' network is shared)."
     ),
     docker_opt: list[str] = typer.Option(
         None, "--docker-opt", metavar="OPTIONS",

@@ -1,6 +1,7 @@
 """The errors a user sees: one line each, with the exit code the design names.
 
-Exit codes: 0 ok, 1 failed task or job, 2 bad input, 4 unreachable hosts.
+Exit codes: 0 ok, 1 failed task or job, 2 bad input, 4 unreachable hosts, 130 interrupted
+(Ctrl-C, as a shell reports a process ended by SIGINT). Every module takes them from here.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_UNREACHABLE = 4
+EXIT_INTERRUPTED = 130
 
 
 class PycliError(Exception):

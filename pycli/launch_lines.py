@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from pycli import containers
-from pycli.cluster_model import Host
+from pycli.cluster_model import DEFAULT_SSH_PORT, Host
 from pycli.containers import JobContainer
 from pycli.hostfiles import render_hostfile
 from pycli.paths import PROJECT_ROOT
@@ -110,12 +110,16 @@ def _program(plan: JobPlan) -> list[str]:
     return [plan.python, "-u", str(plan.remote_script), *workload_args(plan)]
 
 
+def ssh_port_option(ports: set[int]) -> int | None:
+    """The SSH port a launcher must be told (it takes one for all hosts); None for the default."""
+    return None if ports == {DEFAULT_SSH_PORT} else min(ports)
+
+
 def horovodrun_argv(plan: JobPlan) -> list[str]:
     argv = [plan.tool("horovodrun"), "-np", str(plan.np), "-H", render_hostfile(plan.hosts, "horovod").strip()]
     argv.append("--gloo" if plan.controller == "gloo" else "--mpi")
-    ports = plan.ssh_ports
-    if ports != {22}:
-        argv += ["-p", str(ports.pop())]
+    if (port := ssh_port_option(plan.ssh_ports)) is not None:
+        argv += ["-p", str(port)]
     # horovodrun looks the interface up on every host it talks to; with one host that is
     # 127.0.0.1, which has no such interface, and the job fails.
     if plan.network_interface and len(plan.hosts) > 1:
@@ -123,22 +127,42 @@ def horovodrun_argv(plan: JobPlan) -> list[str]:
     return argv + _program(plan)
 
 
-def mpirun_argv(plan: JobPlan, user: str) -> list[str]:
-    """mpirun as seed 004 runs it: no binding, slots filled in order, TCP without openib."""
-    argv = ["mpirun", "-np", str(plan.np), "-H", render_hostfile(plan.hosts, "horovod").strip(),
-            "-bind-to", "none", "-map-by", "slot", "--tag-output",
-            "-mca", "pml", "ob1", "-mca", "btl", "^openib",
-            "-x", "PATH", "-x", "LD_LIBRARY_PATH", "-x", "PYTHONUNBUFFERED=1"]
+# Open MPI as pycli runs it, for jobs and for `pycli check`'s mpirun gate alike: no binding
+# (each rank sets its own threads), slots filled in host order, TCP with the openib BTL off
+# (it probes InfiniBand hardware and warns or hangs where there is none).
+MPIRUN_FLAGS = ("-bind-to", "none", "-map-by", "slot", "-mca", "pml", "ob1", "-mca", "btl", "^openib")
+# What every rank gets from the launching shell (-x): the venv's tools and unbuffered output.
+MPIRUN_ENV = ("PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED=1")
+
+
+def mpirun_argv(
+    mpirun: str, hosts: Sequence[Host], *, np: int, user: str, ssh_ports: set[int], network_interface: str | None,
+    tag_output: bool = True,
+) -> list[str]:
+    """mpirun over `hosts` (each with its slots), with every flag pycli runs Open MPI with; the program follows.
+
+    `tag_output` prefixes each line with its rank, as a job's output wants; a caller that
+    compares the lines themselves leaves it off."""
+    argv = [mpirun, "-np", str(np), "-H", render_hostfile(hosts, "horovod").strip(), *MPIRUN_FLAGS]
+    if tag_output:
+        argv.append("--tag-output")
+    for variable in MPIRUN_ENV:
+        argv += ["-x", variable]
     if user == "root":
         argv.append("--allow-run-as-root")
-    ports = plan.ssh_ports
-    if ports != {22}:
-        argv += ["-mca", "plm_rsh_args", f"-p {ports.pop()}"]
-    if plan.network_interface:
-        iface = plan.network_interface
-        argv += ["-mca", "btl_tcp_if_include", iface, "-mca", "oob_tcp_if_include", iface,
-                 "-x", f"NCCL_SOCKET_IFNAME={iface}", "-x", f"GLOO_SOCKET_IFNAME={iface}"]
-    return argv + _program(plan)
+    if (port := ssh_port_option(ssh_ports)) is not None:
+        argv += ["-mca", "plm_rsh_args", f"-p {port}"]
+    if network_interface:
+        argv += ["-mca", "btl_tcp_if_include", network_interface, "-mca", "oob_tcp_if_include", network_interface,
+                 "-x", f"NCCL_SOCKET_IFNAME={network_interface}", "-x", f"GLOO_SOCKET_IFNAME={network_interface}"]
+    return argv
+
+
+def job_mpirun_argv(plan: JobPlan, user: str) -> list[str]:
+    """The job under mpirun: Horovod with its MPI controller, the ranks started by Open MPI."""
+    launch = mpirun_argv("mpirun", plan.hosts, np=plan.np, user=user, ssh_ports=plan.ssh_ports,
+                         network_interface=plan.network_interface)
+    return launch + _program(plan)
 
 
 def torchrun_argv(plan: JobPlan, node_rank: int) -> list[str]:
@@ -167,5 +191,5 @@ def launch_commands(plan: JobPlan) -> list[tuple[Host, str]]:
         return [(host, remote_shell(plan, torchrun_argv(plan, i))) for i, host in enumerate(plan.hosts)]
     if plan.launcher == "mpirun":
         user = "root" if plan.container else plan.rank0.login_user  # job containers run as root
-        return [(plan.rank0, remote_shell(plan, mpirun_argv(plan, user)))]
+        return [(plan.rank0, remote_shell(plan, job_mpirun_argv(plan, user)))]
     return [(plan.rank0, remote_shell(plan, horovodrun_argv(plan)))]

@@ -19,13 +19,12 @@ from rich.live import Live
 from rich.table import Table
 
 from pycli import runner
-from pycli.errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, BadInput
+from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, BadInput
 from pycli.paths import PROJECT_ROOT, new_run_dir
 
 SITE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "site.yml"
 # The cache stage alone (site.yml starts with it): every download, checked, no node changed.
 CACHE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "cache.yml"
-EXIT_INTERRUPTED = 130
 
 
 def parse_extra_vars(items: Sequence[str]) -> dict[str, object]:

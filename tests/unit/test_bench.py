@@ -16,7 +16,7 @@ from pycli.bench_plan import (
     parse_choices, parse_process_counts, parse_size_range, placement_cluster, placements, plan_allreduce, plan_matrix,
     request_command, skip_reason, training_job,
 )
-from pycli.bench_stats import Estimate, Measurement, RunResult, estimate, measurement_from_records, ratio, summarize
+from pycli.bench_stats import Estimate, Measurement, CellRun, estimate, measurement_from_records, ratio, summarize
 from pycli.iperf import measure_tcp, parse_iperf3, tcp_commands
 from pycli.node_facts import NodeFacts
 from pycli.cluster_model import Cluster, Host, load_cluster
@@ -255,7 +255,7 @@ def test_ratios_add_relative_errors_in_quadrature():
 
 def _run(cell, repeat, throughput, step=0.1, code=0):
     measured = None if throughput is None else Measurement(step, throughput, None, None, 100.0 + repeat, 2.0, 0.5)
-    return RunResult(cell, repeat, code, Path(f"/runs/{cell.key}-r{repeat}"), 10.0, measured,
+    return CellRun(cell, repeat, code, Path(f"/runs/{cell.key}-r{repeat}"), 10.0, measured,
                      "" if measured else "exit 1: boom")
 
 

@@ -16,7 +16,7 @@ from pycli.train import JobRequest, plan_job
 HOSTS = (Host(name="n1", address="10.9.0.1", user="train", slots=2), Host(name="n2", address="10.9.0.2", user="train", slots=2))
 
 
-def job(launcher=None, workload="mnist", options=(), port=containers.DEFAULT_SSH_PORT, **kw):
+def job(launcher=None, workload="mnist", options=(), port=containers.DEFAULT_JOB_SSH_PORT, **kw):
     container = containers.parse_job_container("horovod/horovod:0.28.1", port, options, HOSTS)
     request = JobRequest(np=4, workload=workload, launcher=launcher, controller=kw.pop("controller", "gloo"),
                          data_dir=Path("/tmp"), container=container, **kw)

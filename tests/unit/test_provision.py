@@ -2,8 +2,8 @@
 
 import pytest
 
-from pycli.errors import BadInput
-from pycli.provision import EXIT_INTERRUPTED, ProvisionView, build_request, exit_code, parse_extra_vars
+from pycli.errors import EXIT_INTERRUPTED, BadInput
+from pycli.provision import ProvisionView, build_request, exit_code, parse_extra_vars
 
 
 def test_extra_vars_keep_yaml_types_and_read_files(tmp_path):
