@@ -1,4 +1,4 @@
-"""`pycli bench`: the backend x scale matrix of seed 003, and seed 004's launcher comparison.
+"""`pycli bench`: the backend-by-scale lab and the torchrun-versus-Horovod comparison.
 
 The same training workload runs over each communication backend (MPI, Gloo, NCCL) under
 each launcher (horovodrun, mpirun, torchrun) on 1..N processes, both within one server and

@@ -1,4 +1,4 @@
-"""`pycli bench`: the backend x scale matrix (seed 003) and the launcher comparison (seed 004)."""
+"""`pycli bench`: the backend-by-scale lab and the torchrun-versus-Horovod comparison."""
 
 from __future__ import annotations
 
@@ -12,8 +12,12 @@ DEFAULT_ALLREDUCE_SIZES = "4K:256M"
 
 
 def bench_cmd(
-    workload_args: list[str] = typer.Argument(None, help="Extra arguments for the workload, after '--'."),
-    inventory: Path | None = typer.Option(None, "--inventory", "-i", help="Default: the local cluster that is up."),
+    workload_args: list[str] = typer.Argument(
+        None, help="Extra arguments for the workload, after '--'; an inventory may come before them."
+    ),
+    inventory: Path | None = typer.Option(
+        None, "--inventory", "-i", help="Or as the first argument. Default: the local cluster that is up."
+    ),
     backends: str = typer.Option("mpi,gloo,nccl", "--backends", help="Comma-separated: mpi, gloo, nccl."),
     process_counts: str = typer.Option("1,2,4", "--np", help="Process counts, comma-separated (1 is always run: the baseline)."),
     workload: str = typer.Option("synthetic", "--workload", help="synthetic (ResNet-style, random data) or mnist (digits)."),
@@ -24,10 +28,15 @@ def bench_cmd(
     no_allreduce: bool = typer.Option(False, "--no-allreduce", help="Skip the allreduce microbenchmark and iperf3."),
     iperf_seconds: int = typer.Option(5, "--iperf-seconds", help="Length of the raw TCP measurement."),
 ) -> None:
-    """Run WORKLOAD over each backend and launcher on 1..N processes, within and across servers; write a report."""
+    """Run WORKLOAD over each backend and launcher on 1..N processes, within and across servers; write a report.
+
+    The inventory may come first (pycli bench INVENTORY ...) or with -i."""
     from pycli.bench import bench
     from pycli.bench_plan import bench_request
-    from pycli.cli_options import load_inventory
+    from pycli.cli_options import given_inventory, leading_inventory, load_inventory
+
+    positional, workload_args = leading_inventory(workload_args or [])
+    inventory = given_inventory(positional, inventory)
 
     request = bench_request(
         backends=backends, process_counts=process_counts, launchers=launchers, workload=workload, repeat=repeat,

@@ -2,7 +2,7 @@
 
 An inventory is read through Ansible's own loader (INI, YAML, a directory, group_vars and
 host_vars next to it), so pycli sees exactly the hosts and values a playbook would. The
-conventions (DESIGN.md): group `nodes` holds every training host; group `launcher`
+conventions every command follows: group `nodes` holds every training host; group `launcher`
 (optional) names where jobs start, else the first of `nodes`; host var `slots` is the number
 of processes on that host. Every problem found is reported at once, as BadInput (exit 2),
 before any host is touched.
