@@ -3,9 +3,10 @@
 The same training workload runs over each communication backend (MPI, Gloo, NCCL) under
 each launcher (horovodrun, mpirun, torchrun) on 1..N processes, both within one server and
 across servers, `--repeat` times; each run is one `pycli.train.run_job` job with its own
-run folder, on the cluster with its slots set in memory for the run's placement. From the runs come the mean step time and throughput with their 95 % spread,
-the speed-up over the 1-process run of the same launcher and backend, and the scaling
-efficiency (speed-up / processes). Combinations the cluster cannot run are skipped with the
+run folder, on the cluster with its slots set in memory for the run's placement. From the
+runs come the mean step time and throughput with their 95 % spread, the speed-up over the
+1-process run of the same launcher and backend, and the scaling efficiency (speed-up /
+processes). Combinations the cluster cannot run are skipped with the
 reason. An allreduce microbenchmark per backend (workloads/allreduce.py) gives algbw and
 busbw per message size beside the raw TCP throughput between the same nodes (iperf3).
 

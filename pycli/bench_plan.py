@@ -16,13 +16,12 @@ from pathlib import Path
 
 from pycli.cluster_model import Cluster
 from pycli.errors import BadInput
-from pycli.launch_lines import ALLREDUCE_SCRIPT
+from pycli.launch_lines import ALLREDUCE_SCRIPT, LAUNCHERS
 from pycli.node_facts import NodeFacts
 from pycli.sizes import parse_size
 from pycli.train import JobRequest
 
 BENCH_BACKENDS = ("mpi", "gloo", "nccl")
-BENCH_LAUNCHERS = ("horovod", "mpirun", "torchrun")
 BENCH_WORKLOADS = ("synthetic", "mnist")
 DEFAULT_ALLREDUCE_SIZES = "4K:256M"
 
@@ -98,7 +97,7 @@ def bench_request(
     return BenchRequest(
         backends=parse_choices(backends, BENCH_BACKENDS, "--backends"),
         process_counts=parse_process_counts(process_counts),
-        launchers=parse_choices(launchers, BENCH_LAUNCHERS, "--launchers"),
+        launchers=parse_choices(launchers, LAUNCHERS, "--launchers"),
         workload=workload, repeat=repeat, workload_args=tuple(workload_args),
         allreduce_sizes=allreduce_sizes, allreduce_iters=allreduce_iters, iperf_seconds=iperf_seconds,
     )

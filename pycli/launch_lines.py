@@ -22,6 +22,8 @@ from pycli.paths import PROJECT_ROOT
 # horovodrun's controllers (--gloo, --mpi): how its ranks find each other and coordinate.
 # Not the collective library that moves the tensors (`pycli bench --backends`).
 HOROVOD_CONTROLLERS = ("gloo", "mpi")
+# How a job starts: horovodrun, mpirun (Horovod's MPI controller) or torchrun (one per node).
+LAUNCHERS = ("horovod", "mpirun", "torchrun")
 WORKLOADS_DIR = PROJECT_ROOT / "workloads"
 ALLREDUCE_SCRIPT = WORKLOADS_DIR / "allreduce.py"  # the allreduce of check's gate and bench's microbenchmark
 TORCHRUN_PORT = 29400

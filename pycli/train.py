@@ -27,14 +27,13 @@ from pycli.cluster_model import Cluster
 from pycli.containers import JobContainer
 from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, BadInput, PycliError, Unreachable
 from pycli.hostfiles import fill_slots, render_hostfile
-from pycli.launch_lines import HOROVOD_CONTROLLERS, WORKLOADS_DIR, JobPlan, NodeLayout, launch_commands, remote_data_dir
+from pycli.launch_lines import HOROVOD_CONTROLLERS, LAUNCHERS, WORKLOADS_DIR, JobPlan, NodeLayout, launch_commands, remote_data_dir
 from pycli.nodes import RemoteProcess, ssh_argv
 from pycli.paths import PROJECT_ROOT, cache_dir, new_run_dir
 
 STAGE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "stage.yml"
 COLLECT_PLAYBOOK = PROJECT_ROOT / "playbooks" / "collect.yml"
 CONTAINER_PLAYBOOK = PROJECT_ROOT / "playbooks" / "job_container.yml"
-LAUNCHERS = ("horovod", "mpirun", "torchrun")
 
 # Built-in workloads: script, the launchers that can start it, whether it reads IDX data.
 WORKLOADS = {
