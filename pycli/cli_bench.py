@@ -18,7 +18,7 @@ def bench_cmd(
     inventory: Path | None = typer.Option(
         None, "--inventory", "-i", help="Or as the first argument. Default: the local cluster that is up."
     ),
-    backends: str = typer.Option("mpi,gloo,nccl", "--backends", help="Comma-separated: mpi, gloo, nccl."),
+    backends: str = typer.Option("mpi,gloo,nccl", "--backends", help="Collective libraries that move the tensors, comma-separated: mpi, gloo, nccl."),
     process_counts: str = typer.Option("1,2,4", "--np", help="Process counts, comma-separated (1 is always run: the baseline)."),
     workload: str = typer.Option("synthetic", "--workload", help="synthetic (ResNet-style, random data) or mnist (digits)."),
     launchers: str = typer.Option("horovod", "--launchers", help="Comma-separated: horovod (horovodrun), mpirun, torchrun."),

@@ -23,7 +23,7 @@ def check_cmd(
     ),
     backend: str | None = typer.Option(None, "--backend", hidden=True, help="Old name of --controller."),
     allreduce_size: str = typer.Option("64M", "--allreduce-size", help="Message size of the allreduce gate."),
-    controllers: str = typer.Option("gloo,mpi", "--controllers", help="Horovod controllers the cluster needs."),
+    controllers: str = typer.Option("gloo,mpi", "--controllers", help="Horovod controllers every node's build must have (the horovod_build gate)."),
     cuda_image: str = typer.Option(DEFAULT_CUDA_IMAGE, "--cuda-image", help="Image for the docker --gpus all gate."),
 ) -> None:
     """Check INVENTORY's nodes gate by gate: reachable, SSH mesh, same software, Horovod build, mpirun,
