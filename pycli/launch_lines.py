@@ -46,9 +46,11 @@ class NodeLayout:
 
 @dataclass(frozen=True)
 class JobPlan:
+    """A job decided down to its hosts and paths (pycli.train.plan_job makes it from a JobRequest)."""
+
     job_id: str
-    launcher: str
-    controller: str
+    launcher: str  # one of LAUNCHERS
+    controller: str  # one of HOROVOD_CONTROLLERS (what horovodrun is told; mpirun always uses MPI)
     np: int
     hosts: tuple[Host, ...]
     script: Path  # on the controller
