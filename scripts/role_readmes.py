@@ -8,7 +8,8 @@ this order: Requirements, Role Variables, Dependencies, Example Playbook.
     .venv/bin/python scripts/role_readmes.py          # rewrite the tables
     .venv/bin/python scripts/role_readmes.py --check  # exit 1 naming each README out of date
 
-Exit codes: 0 up to date (or rewritten), 1 a README is out of date or has no markers.
+Exit codes: 0 up to date (or rewritten), 1 a role has no README, or one is out of date or
+not in the shape above.
 """
 
 from __future__ import annotations
@@ -117,9 +118,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--roles", type=Path, default=ROLES, help="folder of roles (default: this repository's)")
     args = parser.parse_args(argv)
     failed = False
-    for readme in sorted(args.roles.glob("*/README.md")):
-        role = readme.parent
-        shown = readme.relative_to(args.roles.parent) if args.roles.parent in readme.parents else readme
+    for role in sorted(path.parent.parent for path in args.roles.glob("*/tasks/main.yml")):
+        readme = role / "README.md"
+        shown = readme.relative_to(args.roles.parent)
+        if not readme.exists():
+            print(f"{shown} is missing; every role has one (see roles/docker/README.md for the shape)", file=sys.stderr)
+            failed = True
+            continue
         text = readme.read_text()
         if problems := shape_problems(text, role.name):
             for problem in problems:

@@ -77,3 +77,10 @@ def test_a_readme_without_the_sections_or_markers_is_refused(tmp_path, capsys):
     assert "roles/docker/README.md: its sections must be Requirements, Role Variables, Dependencies, Example Playbook" in err
     assert "roles/docker/README.md: it has no generated table" in err
     assert readme.read_text() == before
+
+
+def test_a_role_without_a_readme_is_named(tmp_path, capsys):
+    roles = _copy_role(tmp_path)
+    (roles / "docker" / "README.md").unlink()
+    assert role_readmes.main(["--check", "--roles", str(roles)]) == 1
+    assert "roles/docker/README.md is missing" in capsys.readouterr().err
