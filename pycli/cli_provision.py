@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-from pycli.cli_options import INVENTORY_HELP, INVENTORY_OPTION, required_inventory
-from pycli.provision import SITE_PLAYBOOK, provision
+from pycli.cli_options import INVENTORY_HELP, INVENTORY_OPTION, load_inventory, required_inventory
+from pycli.provision import SITE_PLAYBOOK, ProvisionRequest, provision
 
 
 def provision_cmd(
@@ -26,8 +26,8 @@ def provision_cmd(
     ),
 ) -> None:
     """Install the whole stack on every node of INVENTORY, with a live per-host view."""
-    code = provision(
-        required_inventory(inventory, inventory_option), playbook=playbook, limit=limit, tags=tags, skip_tags=skip_tags, check=check,
-        extra_vars=extra_vars, forks=forks, verbosity=verbose, offline=offline,
+    request = ProvisionRequest(
+        playbook=playbook, limit=limit, tags=tags, skip_tags=skip_tags, check=check, extra_vars=tuple(extra_vars),
+        forks=forks, verbosity=verbose, offline=offline,
     )
-    raise typer.Exit(code)
+    raise typer.Exit(provision(load_inventory(required_inventory(inventory, inventory_option)), request))

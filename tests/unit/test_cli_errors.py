@@ -63,7 +63,7 @@ def test_the_inventory_is_an_argument_or_dash_i(command, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("command", [
-    ["inventory", "show"], ["hostfile"], ["provision"], ["check"], ["train", "--np", "2"], ["bench"],
+    ["inventory", "show"], ["hostfile"], ["provision"], ["fetch"], ["check"], ["train", "--np", "2"], ["bench"],
 ])
 def test_two_different_inventories_are_one_line_and_exit_2(command, tmp_path, capsys):
     first, second = tmp_path / "a.ini", tmp_path / "b.ini"
@@ -74,10 +74,24 @@ def test_two_different_inventories_are_one_line_and_exit_2(command, tmp_path, ca
     assert err.count("\n") == 1 and f"two inventories given, {first} and -i {second}" in err
 
 
-@pytest.mark.parametrize("command", [["inventory", "show"], ["hostfile"], ["provision"], ["check"]])
+@pytest.mark.parametrize("command", [["inventory", "show"], ["hostfile"], ["provision"], ["fetch"], ["check"]])
 def test_no_inventory_at_all_is_exit_2(command, capsys):
     assert main(command) == 2
     assert "no inventory given; name it as the first argument or with -i INVENTORY" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("command", "module"), [(["provision"], "pycli.cli_provision"), (["fetch"], "pycli.cli_cache")])
+def test_playbook_commands_read_the_inventory_once_as_argument_or_dash_i(command, module, tmp_path, monkeypatch):
+    inventory = tmp_path / "a.ini"
+    inventory.write_text(INVENTORY)
+    given = []
+    monkeypatch.setattr(f"{module}.provision", lambda cluster, request: given.append((cluster, request)) or 0)
+    assert main([*command, str(inventory), "-l", "n1"]) == 0
+    assert main([*command, "-i", str(inventory), "-l", "n1"]) == 0
+    (by_argument, request), (by_option, same_request) = given
+    assert by_argument == by_option and [h.name for h in by_argument.hosts] == ["n1", "n2"]
+    assert by_argument.inventory_path == by_option.inventory_path == inventory
+    assert request == same_request and request.limit == "n1"
 
 
 def test_an_inventory_first_among_train_s_and_bench_s_arguments(tmp_path, monkeypatch):
