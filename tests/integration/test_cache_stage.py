@@ -97,9 +97,10 @@ def test_export_import_then_offline_provisioning(provisioned_cluster, tmp_path):
 
 def test_a_failed_build_is_named_on_every_node(provisioned_cluster, tmp_path):
     # Configure fails on the build node (node1); node2 must say so, not that a file is missing.
+    flags = tmp_path / "bad-flags.yml"
+    flags.write_text('openmpi_configure_flags: ["--with-hwloc=/nonexistent/hwloc"]\n')
     proc = run_pycli(
-        "provision", str(provisioned_cluster), "--tags", "openmpi",
-        "-e", '{"openmpi_configure_flags": ["--with-hwloc=/nonexistent/hwloc"]}',
+        "provision", str(provisioned_cluster), "--tags", "openmpi", "-e", f"@{flags}",
         env={"PYCLI_RUNS": str(tmp_path)}, timeout=1800,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
