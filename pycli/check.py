@@ -1,354 +1,34 @@
-"""`pycli check INVENTORY`: health gates in order, stopping at the first failure.
+"""The health gates of `pycli check`, in order; the first failure stops the check.
 
 Each gate is a small function from the check's context to a `GateResult` (pass, fail or
-skip, with its figure and a message that says what to change). Gates do their work on the
-nodes through the one runner adapter (ad-hoc commands, playbooks/facts.yml) or through
-`pycli.train` for the allreduce job; what they conclude comes from pure `evaluate_*`
-functions over what the nodes answered, which is what the unit tests exercise.
-
-This module also owns what pycli knows about a node's software and hardware (`NodeFacts`,
-gathered by playbooks/facts.yml): `pycli bench` reads the same facts for its environment
-table and to decide which combinations a cluster can run.
+skip, with its figure and a message that says what to change). How a gate gathers what it
+needs (pycli.nodes for commands, pycli.node_facts for facts, pycli.train for the allreduce
+job) is kept apart from what it concludes: pure `evaluate_*` functions over what the nodes
+answered, which is what the unit tests exercise. Running the gates and showing their
+results is pycli.check_run.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
-import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pycli import runner
 from pycli.cluster_model import Cluster, Host
-from pycli.errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, BadInput, PycliError, Unreachable
-from pycli.paths import PROJECT_ROOT, new_run_dir
+from pycli.errors import EXIT_FAILED, EXIT_UNREACHABLE, BadInput
+from pycli.job_log import run_logged_job
+from pycli.launch_lines import ALLREDUCE_SCRIPT, HOROVOD_CONTROLLERS, mpirun_argv
+from pycli.node_facts import NodeFacts, gather_node_facts
+from pycli.nodes import SSH_TIMEOUT_S, NodeOutput, run_on_nodes, ssh_probe
+from pycli.sizes import human_size, parse_size
+from pycli.train import JobRequest
 
-FACTS_PLAYBOOK = PROJECT_ROOT / "playbooks" / "facts.yml"
-ALLREDUCE_SCRIPT = PROJECT_ROOT / "workloads" / "allreduce.py"
 DEFAULT_CUDA_IMAGE = "nvidia/cuda:12.8.1-base-ubuntu22.04"
-HOROVOD_CONTROLLERS = ("gloo", "mpi")
-SSH_TIMEOUT_S = 10
 MPIRUN_TIMEOUT_S = 120
 DOCKER_TIMEOUT_S = 900
-
-# --- sizes (shared with `pycli bench`) -----------------------------------------------------
-
-_SIZE = re.compile(r"^(?P<number>[0-9]+)(?P<unit>[KMG]?)B?$", re.IGNORECASE)
-_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
-
-
-def parse_size(text: str, what: str) -> int:
-    """'4K', '256M', '1G' or a byte count, binary units as nccl-tests reads them; BadInput else."""
-    match = _SIZE.match(text.strip())
-    size = int(match["number"]) * _UNITS[match["unit"].upper()] if match else 0
-    if size < 4 or size % 4:
-        raise BadInput(f"{what} {text!r}: give a size such as 4K, 64M or 1G (a positive multiple of 4 bytes)")
-    return size
-
-
-def human_size(size: int) -> str:
-    for unit, scale in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
-        if size >= scale and size % scale == 0:
-            return f"{size // scale}{unit}"
-    return f"{size}B"
-
-
-# --- what a failed job said -----------------------------------------------------------------
-
-_ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception): ")
-
-
-def job_failure(lines: Sequence[str]) -> str:
-    """The line that says why a job failed: the first exception raised, else its last words."""
-    for line in lines:
-        if _ERROR_LINE.search(line):
-            return line.strip()
-    useful = [line.strip() for line in lines if line.strip() and not line.startswith("pycli:")]
-    return " | ".join(useful[-3:]) or "no output"
-
-
-# --- commands on nodes (the thin adapter over runner.run) ----------------------------------
-
-
-@dataclass(frozen=True)
-class NodeOutput:
-    """What one node answered to one command; rc None when Ansible could not reach it."""
-
-    host: str
-    rc: int | None
-    stdout: str = ""
-    stderr: str = ""
-    message: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.rc == 0
-
-    def why(self) -> str:
-        """The most telling line of a failure."""
-        for text in (self.stderr, self.message, self.stdout):
-            lines = [line.strip() for line in text.splitlines() if line.strip()]
-            if lines:
-                return lines[-1]
-        return f"exit {self.rc}" if self.rc is not None else "no answer"
-
-
-_EVENT_OUTCOMES = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable")
-
-
-def node_output_from_event(event: Mapping[str, object]) -> NodeOutput | None:
-    """One ansible-runner host event as a NodeOutput (None for every other event)."""
-    if event.get("event") not in _EVENT_OUTCOMES:
-        return None
-    data = event.get("event_data") or {}
-    res = data.get("res") or {}
-    host = str(data.get("host"))
-    if event["event"] == "runner_on_unreachable":
-        return NodeOutput(host, None, message=str(res.get("msg", "unreachable")))
-    rc = res.get("rc")
-    if rc is None:
-        rc = 1 if event["event"] == "runner_on_failed" else 0
-    return NodeOutput(host, int(rc), str(res.get("stdout", "")), str(res.get("stderr", "")), str(res.get("msg", "")))
-
-
-def run_on_nodes(
-    inventory: Path, hosts: Sequence[str], run_dir: Path, command: str | None = None, *, module: str = "ansible.builtin.shell"
-) -> dict[str, NodeOutput]:
-    """Run a bash `command` (or a module without arguments, e.g. ping) on `hosts`; every host answers."""
-    args = ""
-    if command is not None:
-        if any(marker in command for marker in ("{{", "{%", "{#")):
-            raise ValueError("Ansible would template this command; it must not hold Jinja markers")
-        args = json.dumps({"cmd": command, "executable": "/bin/bash"})
-    request = runner.RunRequest(inventory=inventory, pattern=",".join(hosts), module=module, module_args=args)
-    answers: dict[str, NodeOutput] = {}
-
-    def on_event(event: Mapping[str, object]) -> None:
-        if (output := node_output_from_event(event)) is not None:
-            answers[output.host] = output
-
-    runner.run(request, run_dir, on_event=on_event)
-    return {host: answers.get(host, NodeOutput(host, None, message="Ansible reported nothing for it")) for host in hosts}
-
-
-# --- node facts (playbooks/facts.yml) ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HorovodBuild:
-    """`horovodrun --check-build`: what this Horovod was built with (lower-case names)."""
-
-    frameworks: frozenset[str]
-    controllers: frozenset[str]
-    operations: frozenset[str]
-
-    def describe(self) -> str:
-        def names(items: Iterable[str]) -> str:
-            return "/".join(sorted(items)) or "none"
-
-        return f"frameworks {names(self.frameworks)}; controllers {names(self.controllers)}; ops {names(self.operations)}"
-
-
-@dataclass(frozen=True)
-class NodeFacts:
-    """One node's environment; empty strings where a tool is not installed."""
-
-    host: str
-    hostname: str = ""
-    os: str = ""
-    kernel: str = ""
-    cpu_model: str = ""
-    cpus: int = 0
-    memory_mb: int = 0
-    nic_interface: str = ""
-    nic_driver: str = ""
-    nic_speed_mbps: int | None = None
-    nic_mtu: int | None = None
-    nic_address: str = ""
-    python: str = ""
-    torch: str = ""
-    torch_cuda: str = ""
-    torch_nccl: str = ""
-    horovod: str = ""
-    horovod_build: HorovodBuild | None = None
-    mpirun: str = ""
-    openmpi: str = ""
-    iperf3: str = ""
-    gpu_pci: tuple[str, ...] = ()
-    gpus: tuple[str, ...] = ()  # as nvidia-smi names them
-    nvidia_smi_rc: int | None = None  # None: no nvidia-smi
-    nvidia_smi_error: str = ""
-    driver: str = ""  # nvidia-smi's driver_version (the user-space library)
-    kernel_module: str = ""  # /proc/driver/nvidia/version
-    nvml_library: str = ""  # libnvidia-ml.so.<version>
-    nvlink_links: int = 0
-    cuda: str = ""
-    nccl: str = ""
-    docker: str = ""
-
-    @property
-    def gpu_count(self) -> int:
-        """GPUs a process can use: those the driver shows."""
-        return len(self.gpus) if self.nvidia_smi_rc == 0 else 0
-
-    @property
-    def has_gpu_hardware(self) -> bool:
-        return bool(self.gpu_pci)
-
-
-def parse_probe(text: str) -> dict[str, str]:
-    """facts.yml's probe output: `### name` lines, each followed by that tool's output."""
-    sections: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in text.splitlines():
-        if line.startswith("### "):
-            current = sections.setdefault(line[4:].strip(), [])
-        elif current is not None:
-            current.append(line.rstrip())
-    return {name: "\n".join(lines).strip() for name, lines in sections.items()}
-
-
-def parse_check_build(text: str) -> HorovodBuild | None:
-    """The [X] entries of `horovodrun --check-build`, per heading; None when it did not run."""
-    found: dict[str, set[str]] = {"frameworks": set(), "controllers": set(), "operations": set()}
-    heading = None
-    for line in text.splitlines():
-        stripped = line.strip()
-        lowered = stripped.lower()
-        if lowered.startswith("available frameworks"):
-            heading = "frameworks"
-        elif lowered.startswith("available controllers"):
-            heading = "controllers"
-        elif lowered.startswith("available tensor operations"):
-            heading = "operations"
-        elif heading and stripped.startswith("[X]"):
-            found[heading].add(stripped[3:].strip().lower())
-    if not any(found.values()) and "Horovod" not in text:
-        return None
-    return HorovodBuild(*(frozenset(found[key]) for key in ("frameworks", "controllers", "operations")))
-
-
-_VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)*)\b")
-
-
-def first_version(text: str) -> str:
-    match = _VERSION.search(text)
-    return match.group(1) if match else ""
-
-
-def _first_line(text: str) -> str:
-    return text.splitlines()[0].strip() if text.strip() else ""
-
-
-def _looks_like_error(text: str) -> bool:
-    return any(marker in text for marker in ("Traceback", "Error", "error:", "not found", "No such file"))
-
-
-def _clean(text: str) -> str:
-    """A probe section's value, or '' when the tool was missing or failed."""
-    return "" if not text or _looks_like_error(text) else _first_line(text)
-
-
-def parse_nvidia_smi(section: str) -> tuple[int | None, tuple[str, ...], str, str]:
-    """(rc, GPU names, driver version, error) from `nvidia-smi --query-gpu=...; echo rc=$?`."""
-    lines = [line.strip() for line in section.splitlines() if line.strip()]
-    rc_line = next((line for line in reversed(lines) if line.startswith("rc=")), None)
-    rc = int(rc_line[3:]) if rc_line and rc_line[3:].isdigit() else None
-    body = [line for line in lines if not line.startswith("rc=")]
-    if rc == 127 or rc is None:  # command not found: no driver installed
-        return None, (), "", ""
-    if rc != 0:
-        return rc, (), "", "; ".join(body) if body else f"nvidia-smi exited {rc}"
-    names, drivers = [], set()
-    for line in body:
-        parts = [part.strip() for part in line.split(",")]
-        if len(parts) >= 2:
-            names.append(parts[0])
-            drivers.add(parts[1])
-    return rc, tuple(names), ", ".join(sorted(drivers)), ""
-
-
-def parse_nvml_library(section: str) -> str:
-    """The driver version in libnvidia-ml.so.<version> (not the .so.1 link)."""
-    versions = sorted({m.group(1) for m in re.finditer(r"libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)", section)})
-    return ", ".join(versions)
-
-
-def parse_cuda(section: str) -> str:
-    match = re.search(r"release (\d+\.\d+)(?:, V(\d+\.\d+\.\d+))?", section)
-    if not match:
-        return ""
-    return match.group(2) or match.group(1)
-
-
-def node_facts_from_json(data: Mapping[str, object]) -> NodeFacts:
-    """NodeFacts from one file facts.yml wrote."""
-    probe = parse_probe(str(data.get("probe", "")))
-    nic = data.get("nic") or {}
-    smi_rc, gpus, driver, smi_error = parse_nvidia_smi(probe.get("nvidia_smi", ""))
-
-    def number(value: object) -> int | None:
-        try:
-            return int(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            return None
-
-    openmpi_line = probe.get("openmpi", "")
-    return NodeFacts(
-        host=str(data["host"]),
-        hostname=str(data.get("hostname", "")),
-        os=str(data.get("os", "")),
-        kernel=str(data.get("kernel", "")),
-        cpu_model=str(data.get("cpu_model", "")),
-        cpus=number(data.get("cpus")) or 0,
-        memory_mb=number(data.get("memory_mb")) or 0,
-        nic_interface=str(nic.get("interface", "")),
-        nic_driver=str(nic.get("driver", "")),
-        nic_speed_mbps=number(nic.get("speed_mbps")),
-        nic_mtu=number(nic.get("mtu")),
-        nic_address=str(nic.get("address", "")),
-        python=_clean(probe.get("python", "")),
-        torch=_clean(probe.get("torch", "")),
-        torch_cuda=_clean(probe.get("torch_cuda", "")),
-        torch_nccl=_clean(probe.get("torch_nccl", "")),
-        horovod=_clean(probe.get("horovod", "")),
-        horovod_build=parse_check_build(probe.get("horovod_check_build", "")),
-        mpirun=_clean(probe.get("mpirun", "")),
-        openmpi=first_version(openmpi_line) if "Open MPI" in openmpi_line else "",
-        iperf3=_clean(probe.get("iperf3", "")),
-        gpu_pci=tuple(line.strip() for line in probe.get("gpu_pci", "").splitlines() if line.strip()),
-        gpus=gpus,
-        nvidia_smi_rc=smi_rc,
-        nvidia_smi_error=smi_error,
-        driver=driver,
-        kernel_module=first_version(probe.get("nvidia_module", "")) if "Kernel Module" in probe.get("nvidia_module", "") else "",
-        nvml_library=parse_nvml_library(probe.get("nvml_library", "")),
-        nvlink_links=sum("GB/s" in line for line in probe.get("nvlink", "").splitlines()),
-        cuda=parse_cuda(probe.get("cuda", "")),
-        nccl=_clean(probe.get("nccl", "")),
-        docker=first_version(probe.get("docker", "")) if "Docker" in probe.get("docker", "") else "",
-    )
-
-
-def gather_node_facts(inventory: Path, hosts: Sequence[str], run_dir: Path) -> dict[str, NodeFacts]:
-    """Run playbooks/facts.yml on `hosts` and read back one NodeFacts each."""
-    facts_dir = run_dir / "facts"
-    facts_dir.mkdir(parents=True, exist_ok=True)
-    request = runner.RunRequest(
-        inventory=inventory, playbook=FACTS_PLAYBOOK, limit=",".join(hosts),
-        extravars={"pycli_facts_dir": str(facts_dir.resolve())},
-    )
-    result = runner.run(request, run_dir / "facts-run")
-    if result.unreachable:
-        raise Unreachable(f"gathering facts: cannot reach {', '.join(result.unreachable)}; see {result.run_dir}")
-    if result.status != "successful":
-        detail = "; ".join(f"{h}: {' '.join(r.messages)}" for h, r in result.hosts.items() if r.failed)
-        raise PycliError(f"gathering facts failed: {detail or result.status}; see {result.run_dir}")
-    return {host: node_facts_from_json(json.loads((facts_dir / f"{host}.json").read_text())) for host in hosts}
 
 
 # --- gates ---------------------------------------------------------------------------------
@@ -385,7 +65,7 @@ def skipped(name: str, why: str) -> GateResult:
 @dataclass(frozen=True)
 class CheckOptions:
     busbw_floor_gbps: float = 0.0  # 0: no floor
-    backend: str = "gloo"  # horovodrun's controller for the allreduce gate
+    controller: str = "gloo"  # horovodrun's controller for the allreduce gate
     allreduce_size: str = "64M"
     controllers: tuple[str, ...] = HOROVOD_CONTROLLERS
     cuda_image: str = DEFAULT_CUDA_IMAGE
@@ -393,7 +73,6 @@ class CheckOptions:
 
 @dataclass
 class CheckContext:
-    inventory: Path
     cluster: Cluster
     run_dir: Path
     options: CheckOptions
@@ -408,13 +87,13 @@ class CheckContext:
 
 
 def check_options(
-    *, busbw_floor_gbps: float, backend: str, allreduce_size: str, controllers: str, cuda_image: str
+    *, busbw_floor_gbps: float, controller: str, allreduce_size: str, controllers: str, cuda_image: str
 ) -> CheckOptions:
     """The options, checked before any node is touched (BadInput, exit 2)."""
     if busbw_floor_gbps < 0:
         raise BadInput(f"--busbw-floor {busbw_floor_gbps}: a bandwidth floor is 0 (off) or more, in GB/s")
-    if backend not in HOROVOD_CONTROLLERS:
-        raise BadInput(f"unknown --backend {backend!r}; use one of {', '.join(HOROVOD_CONTROLLERS)}")
+    if controller not in HOROVOD_CONTROLLERS:
+        raise BadInput(f"unknown --controller {controller!r}; use one of {', '.join(HOROVOD_CONTROLLERS)}")
     parse_size(allreduce_size, "--allreduce-size")
     wanted = tuple(dict.fromkeys(part.strip().lower() for part in controllers.split(",") if part.strip()))
     unknown = [name for name in wanted if name not in HOROVOD_CONTROLLERS]
@@ -422,36 +101,10 @@ def check_options(
         raise BadInput(f"--controllers {controllers!r}: name one or more of {', '.join(HOROVOD_CONTROLLERS)}")
     if not cuda_image.strip() or any(ch.isspace() for ch in cuda_image.strip()):
         raise BadInput(f"--cuda-image {cuda_image!r} is not an image name")
-    return CheckOptions(busbw_floor_gbps, backend, allreduce_size, wanted, cuda_image.strip())
+    return CheckOptions(busbw_floor_gbps, controller, allreduce_size, wanted, cuda_image.strip())
 
 
 # Gate 1: every node reachable.
-
-
-def ssh_probe(hosts: Sequence[Host], command: str = "true") -> dict[str, NodeOutput]:
-    """A new SSH login to every host at once, with the inventory's settings and host keys checked.
-
-    OpenSSH directly rather than Ansible: Ansible keeps connections open (ControlPersist),
-    and a kept connection outlives a stopped sshd, which is exactly what this must see.
-    """
-    from pycli.train import ssh_argv
-
-    started = {}
-    for host in hosts:
-        argv = ssh_argv(host, command)
-        argv[1:1] = ["-o", f"ConnectTimeout={SSH_TIMEOUT_S}"]
-        started[host.name] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                              stderr=subprocess.PIPE, text=True)
-    answers = {}
-    for name, proc in started.items():
-        try:
-            out, err = proc.communicate(timeout=3 * SSH_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-            err += f"\nno answer within {3 * SSH_TIMEOUT_S} s"
-        answers[name] = NodeOutput(name, proc.returncode, out.replace("\r", ""), err.replace("\r", ""))
-    return answers
 
 
 def evaluate_reachable(names: Sequence[str], answers: Mapping[str, NodeOutput]) -> GateResult:
@@ -514,7 +167,7 @@ def evaluate_mesh(hosts: Sequence[Host], answers: Mapping[str, NodeOutput]) -> G
 
 
 def gate_ssh_mesh(ctx: CheckContext) -> GateResult:
-    answers = run_on_nodes(ctx.inventory, ctx.names, ctx.step_dir("ssh_mesh"), mesh_command(ctx.cluster.hosts))
+    answers = run_on_nodes(ctx.cluster, ctx.names, ctx.step_dir("ssh_mesh"), mesh_command(ctx.cluster.hosts))
     return evaluate_mesh(ctx.cluster.hosts, answers)
 
 
@@ -542,7 +195,7 @@ def evaluate_same_software(names: Sequence[str], facts: Mapping[str, NodeFacts])
 
 
 def gate_same_software(ctx: CheckContext) -> GateResult:
-    ctx.facts = gather_node_facts(ctx.inventory, ctx.names, ctx.step_dir("same_software"))
+    ctx.facts = gather_node_facts(ctx.cluster, ctx.names, ctx.step_dir("same_software"))
     return evaluate_same_software(ctx.names, ctx.facts)
 
 
@@ -587,18 +240,13 @@ def gate_horovod_build(ctx: CheckContext) -> GateResult:
 
 
 def mpirun_command(mpirun: str, hosts: Sequence[Host], user: str, network_interface: str | None) -> str:
-    """mpirun from the launcher running `hostname` once on every node, the flags `pycli train` uses."""
-    argv = ["timeout", str(MPIRUN_TIMEOUT_S), mpirun, "-np", str(len(hosts)),
-            "-H", ",".join(f"{host.address}:1" for host in hosts),
-            "-mca", "pml", "ob1", "-mca", "btl", "^openib"]
-    if user == "root":
-        argv.append("--allow-run-as-root")
-    ports = {host.port for host in hosts}
-    if ports != {22}:
-        argv += ["-mca", "plm_rsh_args", f"-p {ports.pop()}"]
-    if network_interface:
-        argv += ["-mca", "btl_tcp_if_include", network_interface, "-mca", "oob_tcp_if_include", network_interface]
-    return shlex.join([*argv, "hostname"])
+    """mpirun from the launcher running `hostname` once on every node, with the flags of `pycli train`'s jobs.
+
+    Untagged output: the gate compares the host names themselves."""
+    one_each = [replace(host, slots=1) for host in hosts]
+    argv = mpirun_argv(mpirun, one_each, np=len(hosts), user=user, ssh_ports={host.port for host in hosts},
+                       network_interface=network_interface, tag_output=False)
+    return shlex.join(["timeout", str(MPIRUN_TIMEOUT_S), *argv, "hostname"])
 
 
 def evaluate_mpirun(names: Sequence[str], facts: Mapping[str, NodeFacts], answer: NodeOutput, seconds: float) -> GateResult:
@@ -616,9 +264,13 @@ def gate_mpirun(ctx: CheckContext) -> GateResult:
     mpirun = ctx.facts[launcher.name].mpirun
     if not mpirun:
         return failed("mpirun", f"no mpirun on the launcher {launcher.name}. Run 'pycli provision --tags openmpi'")
-    command = mpirun_command(mpirun, ctx.cluster.hosts, launcher.login_user, ctx.cluster.settings.get("pycli_network_interface"))
+    try:
+        command = mpirun_command(mpirun, ctx.cluster.hosts, launcher.login_user,
+                                 ctx.cluster.settings.get("pycli_network_interface"))
+    except BadInput as exc:  # host addresses mpirun -H cannot tell apart
+        return failed("mpirun", str(exc))
     began = time.monotonic()
-    answer = run_on_nodes(ctx.inventory, [launcher.name], ctx.step_dir("mpirun"), command)[launcher.name]
+    answer = run_on_nodes(ctx.cluster, [launcher.name], ctx.step_dir("mpirun"), command)[launcher.name]
     return evaluate_mpirun(ctx.names, ctx.facts, answer, time.monotonic() - began)
 
 
@@ -640,27 +292,24 @@ def evaluate_allreduce(records: Sequence[dict], *, ranks: int, nodes: int, size:
     return passed("allreduce", f"{figure}; {floor}")
 
 
-def gate_allreduce(ctx: CheckContext) -> GateResult:
-    from pycli.train import train
+def allreduce_request(cluster: Cluster, controller: str, size: int) -> JobRequest:
+    """The allreduce gate's job: workloads/allreduce.py on every slot, under horovodrun."""
+    return JobRequest(
+        np=cluster.total_slots, workload=str(ALLREDUCE_SCRIPT), launcher="horovod", controller=controller,
+        script_args=("--sizes", str(size), "--iters", "5", "--metrics", "metrics.jsonl"),
+    )
 
+
+def gate_allreduce(ctx: CheckContext) -> GateResult:
     size = parse_size(ctx.options.allreduce_size, "--allreduce-size")
-    log_path = ctx.step_dir("allreduce") / "output.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("w") as log:
-        try:
-            outcome = train(
-                ctx.inventory, np=ctx.cluster.total_slots, workload=str(ALLREDUCE_SCRIPT), launcher="horovod",
-                backend=ctx.options.backend, script_args=["--sizes", str(size), "--iters", "5", "--metrics", "metrics.jsonl"],
-                network_interface=None, data_dir=None, resume=None,
-                write=lambda line: print(line, file=log, flush=True), run_dir=ctx.step_dir("allreduce"),
-            )
-        except PycliError as exc:
-            return failed("allreduce", f"{exc}")
-    if outcome.code != 0:
-        why = job_failure(log_path.read_text(errors="replace").splitlines())
-        return failed("allreduce", f"the horovodrun --{ctx.options.backend} job failed (exit {outcome.code}): "
-                      f"{why}; full output in {log_path}")
-    return evaluate_allreduce(outcome.records, ranks=ctx.cluster.total_slots, nodes=len(ctx.cluster.hosts), size=size,
+    request = allreduce_request(ctx.cluster, ctx.options.controller, size)
+    job = run_logged_job(ctx.cluster, request, ctx.step_dir("allreduce"))
+    if job.refused:
+        return failed("allreduce", job.refused)
+    if job.code != 0:
+        return failed("allreduce", f"the horovodrun --{ctx.options.controller} job failed (exit {job.code}): "
+                      f"{job.failure()}; full output in {job.log}")
+    return evaluate_allreduce(job.records, ranks=ctx.cluster.total_slots, nodes=len(ctx.cluster.hosts), size=size,
                               floor_gbps=ctx.options.busbw_floor_gbps)
 
 
@@ -745,7 +394,7 @@ def gate_docker_gpu(ctx: CheckContext) -> GateResult:
     nodes = gpu_nodes(ctx.names, ctx.facts)
     if not nodes:
         return skipped("docker_gpu", NO_GPU)
-    answers = run_on_nodes(ctx.inventory, nodes, ctx.step_dir("docker_gpu"), docker_gpu_command(ctx.options.cuda_image))
+    answers = run_on_nodes(ctx.cluster, nodes, ctx.step_dir("docker_gpu"), docker_gpu_command(ctx.options.cuda_image))
     return evaluate_docker_gpu(nodes, ctx.facts, answers, ctx.options.cuda_image)
 
 
@@ -767,78 +416,3 @@ GATES = (
     Gate("driver_library", "the NVIDIA kernel module matches the user-space library", gate_driver_library),
     Gate("docker_gpu", "docker run --gpus all sees the GPUs", gate_docker_gpu),
 )
-
-
-def run_gates(
-    gates: Sequence[Gate], ctx: CheckContext, on_result: Callable[[GateResult], None] = lambda result: None
-) -> list[GateResult]:
-    """Each gate in order, timed; after the first failure the rest are `not run`."""
-    results: list[GateResult] = []
-    stopped = False
-    for gate in gates:
-        if stopped:
-            result = GateResult(gate.name, NOT_RUN)
-        else:
-            began = time.monotonic()
-            result = replace(gate.run(ctx), name=gate.name, seconds=time.monotonic() - began)
-            stopped = result.stops
-        results.append(result)
-        on_result(result)
-    return results
-
-
-def exit_code(results: Sequence[GateResult]) -> int:
-    failure = next((result for result in results if result.status == FAIL), None)
-    return EXIT_OK if failure is None else failure.exit_code
-
-
-def result_line(index: int, result: GateResult) -> str:
-    """One gate as the user reads it; a failure's message on the next line."""
-    label = {PASS: "PASS", FAIL: "FAIL", SKIP: "SKIP", NOT_RUN: "----"}[result.status]
-    timing = f" ({result.seconds:.1f} s)" if result.status in (PASS, FAIL) else ""
-    line = f"{label} {index:>2} {result.name:<15} {result.figure or ('not run' if result.status == NOT_RUN else '')}{timing}"
-    if result.status == FAIL:
-        line += f"\n        {result.message}"
-    return line.rstrip()
-
-
-def report_json(inventory: Path, run_dir: Path, results: Sequence[GateResult]) -> dict:
-    failure = next((result.name for result in results if result.status == FAIL), None)
-    return {
-        "inventory": str(inventory),
-        "run_dir": str(run_dir),
-        "passed": failure is None,
-        "failed_gate": failure,
-        "exit_code": exit_code(results),
-        "gates": [{**{key: value for key, value in asdict(result).items() if key != "exit_code"}, "seconds": round(result.seconds, 2)}
-                  for result in results],
-    }
-
-
-def check(inventory: Path, options: CheckOptions, *, as_json: bool = False, write: Callable[[str], None] = print) -> int:
-    """Run every gate against the inventory's nodes; the exit code is 0 only when all pass."""
-    from pycli.cluster_model import load_cluster
-
-    cluster = load_cluster(inventory)
-    run_dir = new_run_dir("check")
-    ctx = CheckContext(inventory=inventory, cluster=cluster, run_dir=run_dir, options=options)
-    if not as_json:
-        write(f"pycli: checking {len(cluster.hosts)} nodes of {inventory}; run folder {run_dir}")
-    counter = iter(range(1, len(GATES) + 1))
-
-    def show(result: GateResult) -> None:
-        index = next(counter)
-        if not as_json:
-            write(result_line(index, result))
-
-    results = run_gates(GATES, ctx, on_result=show)
-    summary = report_json(inventory, run_dir, results)
-    (run_dir / "check.json").write_text(json.dumps(summary, indent=2) + "\n")
-    if as_json:
-        write(json.dumps(summary, indent=2))
-    elif summary["passed"]:
-        write(f"pycli: all {sum(r.status == PASS for r in results)} gates passed"
-              f"{'' if all(r.status == PASS for r in results) else ' (the others do not apply here)'}")
-    else:
-        write(f"pycli: check failed at gate '{summary['failed_gate']}'; details in {run_dir}")
-    return summary["exit_code"]

@@ -8,7 +8,7 @@ import typer
 from typer._click import exceptions as click_errors  # typer vendors click since 0.20
 
 from pycli import __version__
-from pycli.errors import EXIT_BAD_INPUT, EXIT_FAILED, PycliError
+from pycli.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, PycliError
 from pycli.cli_bench import bench_cmd
 from pycli.cli_cache import cache_app, fetch_cmd
 from pycli.cli_check import check_cmd
@@ -67,10 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(exc.format_message().replace("\n", " ") + where, EXIT_BAD_INPUT)
     except click_errors.ClickException as exc:
         return _fail(exc.format_message().replace("\n", " "), exc.exit_code)
-    except typer.Abort:
-        return _fail("interrupted", 130)
-    except KeyboardInterrupt:
-        return _fail("interrupted", 130)
+    except (typer.Abort, KeyboardInterrupt):
+        return _fail("interrupted", EXIT_INTERRUPTED)
     except PycliError as exc:
         return _fail(str(exc), exc.exit_code)
     except OSError as exc:

@@ -7,8 +7,9 @@ from pathlib import Path
 import typer
 
 from pycli import cache
+from pycli.cli_options import INVENTORY_OPTION, load_inventory, required_inventory
 from pycli.paths import cache_dir
-from pycli.provision import CACHE_PLAYBOOK, provision
+from pycli.provision import CACHE_PLAYBOOK, ProvisionRequest, provision
 
 cache_app = typer.Typer(help="The controller cache: wheelhouse locks, export and import for offline sites.",
                         no_args_is_help=True)
@@ -19,14 +20,18 @@ def _mib(count: int) -> str:
 
 
 def fetch_cmd(
-    inventory: Path = typer.Argument(..., help="Inventory of the cluster (its nodes' Python and platform pick the wheels)."),
+    inventory: Path | None = typer.Argument(
+        None, help="Inventory of the cluster (its nodes' Python and platform pick the wheels); also -i INVENTORY.",
+        show_default=False,
+    ),
+    inventory_option: Path | None = INVENTORY_OPTION,
     limit: str | None = typer.Option(None, "--limit", "-l", help="Only these hosts (an Ansible pattern)."),
     extra_vars: list[str] = typer.Option([], "--extra-vars", "-e", help="key=value or @vars.yml; repeatable."),
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="Show Ansible's own output."),
 ) -> None:
     """Fill the controller cache with everything provisioning installs, each file checked; change no node."""
-    code = provision(inventory, playbook=CACHE_PLAYBOOK, limit=limit, extra_vars=extra_vars, verbosity=verbose)
-    raise typer.Exit(code)
+    request = ProvisionRequest(playbook=CACHE_PLAYBOOK, limit=limit, extra_vars=tuple(extra_vars), verbosity=verbose)
+    raise typer.Exit(provision(load_inventory(required_inventory(inventory, inventory_option)), request))
 
 
 @cache_app.command("show")

@@ -6,26 +6,35 @@ from pathlib import Path
 
 import typer
 
+from pycli.cli_options import INVENTORY_HELP, INVENTORY_OPTION
+
 # The command's default; tests/unit/test_check.py keeps it equal to pycli.check's. The
 # module itself is imported when the command runs, so `pycli --help` stays quick.
 DEFAULT_CUDA_IMAGE = "nvidia/cuda:12.8.1-base-ubuntu22.04"
 
 
 def check_cmd(
-    inventory: Path = typer.Argument(..., help="Inventory of the cluster (INI, YAML or a folder)."),
+    inventory: Path | None = typer.Argument(None, help=INVENTORY_HELP, show_default=False),
+    inventory_option: Path | None = INVENTORY_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the gates' results as JSON (for machines)."),
     busbw_floor: float = typer.Option(0.0, "--busbw-floor", help="Least allreduce bus bandwidth in GB/s (0: no floor)."),
-    backend: str = typer.Option("gloo", "--backend", help="horovodrun's controller for the allreduce gate: gloo or mpi."),
+    controller: str | None = typer.Option(
+        None, "--controller", help="horovodrun's controller for the allreduce gate: gloo (default) or mpi."
+    ),
+    backend: str | None = typer.Option(None, "--backend", hidden=True, help="Old name of --controller."),
     allreduce_size: str = typer.Option("64M", "--allreduce-size", help="Message size of the allreduce gate."),
-    controllers: str = typer.Option("gloo,mpi", "--controllers", help="Horovod controllers the cluster needs."),
+    controllers: str = typer.Option("gloo,mpi", "--controllers", help="Horovod controllers every node's build must have (the horovod_build gate)."),
     cuda_image: str = typer.Option(DEFAULT_CUDA_IMAGE, "--cuda-image", help="Image for the docker --gpus all gate."),
 ) -> None:
     """Check INVENTORY's nodes gate by gate: reachable, SSH mesh, same software, Horovod build, mpirun,
     allreduce, and on GPU nodes nvidia-smi, driver/library match and docker --gpus all."""
-    from pycli.check import check, check_options
+    from pycli.check import check_options
+    from pycli.check_run import check
+    from pycli.cli_options import controller_option, load_inventory, required_inventory
 
     options = check_options(
-        busbw_floor_gbps=busbw_floor, backend=backend, allreduce_size=allreduce_size, controllers=controllers,
+        busbw_floor_gbps=busbw_floor, controller=controller_option(controller, backend), allreduce_size=allreduce_size, controllers=controllers,
         cuda_image=cuda_image,
     )
-    raise typer.Exit(check(inventory, options, as_json=as_json))
+    cluster = load_inventory(required_inventory(inventory, inventory_option))
+    raise typer.Exit(check(cluster, options, as_json=as_json))

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pycli import local_cluster
+from pycli.local_plan import DEFAULT_SLOTS, validate_name
 from pycli.local_image import DEFAULT_MIRROR, DEFAULT_SUITE, ImageSpec, ensure_image
 
 cluster_app = typer.Typer(help="A local cluster of systemd node containers (no servers needed).", no_args_is_help=True)
@@ -39,7 +40,7 @@ def image_cmd(ca_bundle: Path | None = CA_BUNDLE, mirror: str = MIRROR) -> None:
 def up_cmd(
     nodes: int = typer.Option(2, "--nodes", "-n", help="How many nodes."),
     slots: int = typer.Option(
-        local_cluster.DEFAULT_SLOTS, "--slots", help="Processes per node that --np fills (ranks share the machine's cores).",
+        DEFAULT_SLOTS, "--slots", help="Processes per node that --np fills (ranks share the machine's cores).",
     ),
     name: str = NAME,
     subnet: str | None = typer.Option(None, "--subnet", help="IPv4 subnet of the cluster's network (default: a free /24 of 172.28.0.0/16)."),
@@ -64,7 +65,7 @@ def status_cmd(
 ) -> None:
     """List local clusters and the state of their nodes."""
     if name:
-        local_cluster.validate_name(name)
+        validate_name(name)
     rows = local_cluster.status(name)
     if as_json:
         print(json.dumps([asdict(r) for r in rows], indent=2))

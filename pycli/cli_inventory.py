@@ -15,6 +15,7 @@ from pathlib import Path
 import typer
 
 from pycli import hostfiles
+from pycli.cli_options import INVENTORY_OPTION, required_inventory
 from pycli.cluster_model import DEFAULT_SLOTS, DEFAULT_SSH_PORT, Cluster, Host, load_cluster, make_cluster, parse_host_list
 from pycli.errors import BadInput
 from pycli.inventory_writer import HostEntry, render_inventory, write_text_atomically
@@ -204,11 +205,14 @@ def cluster_table(cluster: Cluster) -> str:
 
 @inventory_app.command("show")
 def show_cmd(
-    inventory: Path = typer.Argument(..., help="Inventory file or directory, as Ansible reads it."),
+    inventory: Path | None = typer.Argument(
+        None, help="Inventory file or directory, as Ansible reads it; also -i INVENTORY.", show_default=False
+    ),
+    inventory_option: Path | None = INVENTORY_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Show the cluster an inventory describes: hosts, addresses, SSH user and port, slots, launcher."""
-    cluster = load_cluster(inventory)
+    cluster = load_cluster(required_inventory(inventory, inventory_option))
     if as_json:
         print(json.dumps(cluster_as_json(cluster), indent=2))
         return
@@ -216,7 +220,8 @@ def show_cmd(
 
 
 def hostfile_cmd(
-    inventory: Path = typer.Argument(..., help="Inventory file or directory."),
+    inventory: Path | None = typer.Argument(None, help="Inventory file or directory; also -i INVENTORY.", show_default=False),
+    inventory_option: Path | None = INVENTORY_OPTION,
     format_name: str = typer.Option("mpi", "--format", "-f", help=f"One of: {', '.join(hostfiles.FORMATS)}."),
     np: int | None = typer.Option(None, "--np", help="Only enough hosts for NP processes, filled in inventory order."),
     output: Path | None = typer.Option(
@@ -225,7 +230,7 @@ def hostfile_cmd(
 ) -> None:
     """Print the cluster's hosts for a launcher: MPI or DeepSpeed hostfile, or horovodrun -H."""
     hostfiles.check_format(format_name)
-    hosts = hostfiles.fill_slots(load_cluster(inventory), np)
+    hosts = hostfiles.fill_slots(load_cluster(required_inventory(inventory, inventory_option)), np)
     text = hostfiles.render_hostfile(hosts, format_name)
     if output is None:
         sys.stdout.write(text)

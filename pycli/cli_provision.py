@@ -6,11 +6,13 @@ from pathlib import Path
 
 import typer
 
-from pycli.provision import SITE_PLAYBOOK, provision
+from pycli.cli_options import INVENTORY_HELP, INVENTORY_OPTION, load_inventory, required_inventory
+from pycli.provision import SITE_PLAYBOOK, ProvisionRequest, provision
 
 
 def provision_cmd(
-    inventory: Path = typer.Argument(..., help="Inventory of the cluster (INI, YAML or a folder)."),
+    inventory: Path | None = typer.Argument(None, help=INVENTORY_HELP, show_default=False),
+    inventory_option: Path | None = INVENTORY_OPTION,
     limit: str | None = typer.Option(None, "--limit", "-l", help="Only these hosts (an Ansible pattern)."),
     tags: str | None = typer.Option(None, "--tags", "-t", help="Only these roles/steps (see docs/tags.md)."),
     skip_tags: str | None = typer.Option(None, "--skip-tags", help="Skip these roles/steps."),
@@ -24,8 +26,8 @@ def provision_cmd(
     ),
 ) -> None:
     """Install the whole stack on every node of INVENTORY, with a live per-host view."""
-    code = provision(
-        inventory, playbook=playbook, limit=limit, tags=tags, skip_tags=skip_tags, check=check,
-        extra_vars=extra_vars, forks=forks, verbosity=verbose, offline=offline,
+    request = ProvisionRequest(
+        playbook=playbook, limit=limit, tags=tags, skip_tags=skip_tags, check=check, extra_vars=tuple(extra_vars),
+        forks=forks, verbosity=verbose, offline=offline,
     )
-    raise typer.Exit(code)
+    raise typer.Exit(provision(load_inventory(required_inventory(inventory, inventory_option)), request))

@@ -6,17 +6,22 @@ from pathlib import Path
 
 import typer
 
-from pycli.containers import DEFAULT_SSH_PORT
-from pycli.train import train
+from pycli.containers import DEFAULT_JOB_SSH_PORT
 
 
 def train_cmd(
-    workload: str = typer.Argument("mnist", help="mnist (Horovod), ddp (torchrun), synthetic, or a path to a script."),
+    workload: str | None = typer.Argument(
+        None, help="mnist (Horovod, the default), ddp (torchrun), synthetic, or a path to a .py script; "
+        "an inventory may come before it.", show_default=False,
+    ),
     script_args: list[str] = typer.Argument(None, help="Arguments for the workload, after '--'."),
     np: int = typer.Option(..., "--np", help="Number of processes (ranks) in all."),
-    inventory: Path | None = typer.Option(None, "--inventory", "-i", help="Default: the local cluster that is up."),
+    inventory: Path | None = typer.Option(
+        None, "--inventory", "-i", help="Or as the first argument. Default: the local cluster that is up."
+    ),
     launcher: str | None = typer.Option(None, "--launcher", help="horovod (horovodrun), mpirun or torchrun."),
-    backend: str = typer.Option("gloo", "--backend", help="horovodrun's controller: gloo or mpi."),
+    controller: str | None = typer.Option(None, "--controller", help="horovodrun's controller: gloo (default) or mpi."),
+    backend: str | None = typer.Option(None, "--backend", hidden=True, help="Old name of --controller."),
     network_interface: str | None = typer.Option(
         None, "--network-interface", help="NIC the ranks talk over (default: inventory's pycli_network_interface)."
     ),
@@ -28,17 +33,36 @@ def train_cmd(
         "IMAGE needs python, the launcher and sshd, like horovod/horovod.",
     ),
     docker_ssh_port: int = typer.Option(
-        DEFAULT_SSH_PORT, "--docker-ssh-port", help="Port of the sshd in each job container (the nodes' network is shared)."
+        DEFAULT_JOB_SSH_PORT, "--docker-ssh-port", help="Port of the sshd in each job container (the nodes' network is shared)."
     ),
     docker_opt: list[str] = typer.Option(
         None, "--docker-opt", metavar="OPTIONS",
         help="More 'docker run' options for the job containers, e.g. --docker-opt='-v /data:/data' (repeatable).",
     ),
 ) -> None:
-    """Run WORKLOAD on --np processes across the inventory's nodes, started from the launcher node."""
-    outcome = train(
-        inventory, np=np, workload=workload, launcher=launcher, backend=backend, script_args=script_args or [],
-        network_interface=network_interface, data_dir=data_dir, resume=resume,
-        docker_image=docker, docker_ssh_port=docker_ssh_port, docker_options=docker_opt or [],
+    """Run WORKLOAD on --np processes across the inventory's nodes, started from the launcher node.
+
+    The inventory may come first (pycli train INVENTORY [WORKLOAD]) or with -i."""
+    from pycli.cli_options import controller_option, given_inventory, leading_inventory, load_inventory
+    from pycli.containers import parse_job_container
+    from pycli.errors import BadInput
+    from pycli.train import WORKLOADS, JobRequest, run_job
+
+    positional, rest = leading_inventory([workload, *(script_args or [])] if workload else [], tuple(WORKLOADS))
+    if positional is not None:  # the workload, if named, follows the inventory; script arguments start with '-'
+        workload = rest.pop(0) if rest and not rest[0].startswith("-") else None
+        script_args = rest
+    inventory = given_inventory(positional, inventory)
+
+    controller = controller_option(controller, backend)
+    if np < 1:
+        raise BadInput(f"--np {np}: the number of processes must be at least 1")
+    cluster = load_inventory(inventory)
+    container = None
+    if docker is not None:
+        container = parse_job_container(docker, docker_ssh_port, docker_opt or [], cluster.hosts)
+    request = JobRequest(
+        np=np, workload=workload or "mnist", launcher=launcher, controller=controller, script_args=tuple(script_args or ()),
+        network_interface=network_interface, data_dir=data_dir, resume=resume, container=container,
     )
-    raise typer.Exit(outcome.code)
+    raise typer.Exit(run_job(cluster, request).code)

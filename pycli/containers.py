@@ -22,8 +22,9 @@ from pathlib import Path, PurePosixPath
 from pycli.cluster_model import Host
 from pycli.errors import BadInput
 
-# Horovod's documentation runs the sshd of its containers on this port.
-DEFAULT_SSH_PORT = 12345
+# The sshd of every job container (--docker) listens here, on the nodes' network; the port
+# Horovod's documentation uses. Not the nodes' own SSH port (cluster_model.DEFAULT_SSH_PORT, 22).
+DEFAULT_JOB_SSH_PORT = 12345
 ENTRY_SCRIPT = Path(__file__).parent / "node_files" / "job-container.sh"
 LABEL_JOB = "io.pycli.job"
 # The Docker reference grammar (distribution/reference), without the rarely used
@@ -42,7 +43,7 @@ class JobContainer:
     """How the job's containers are made: the image, the sshd port, extra `docker run` options."""
 
     image: str
-    ssh_port: int = DEFAULT_SSH_PORT
+    ssh_port: int = DEFAULT_JOB_SSH_PORT
     run_options: tuple[str, ...] = ()
 
     def name(self, job_id: str) -> str:

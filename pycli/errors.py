@@ -1,14 +1,19 @@
 """The errors a user sees: one line each, with the exit code the design names.
 
-Exit codes: 0 ok, 1 failed task or job, 2 bad input, 4 unreachable hosts.
+Exit codes: 0 ok, 1 failed task or job, 2 bad input, 4 unreachable hosts, 130 interrupted
+(Ctrl-C, as a shell reports a process ended by SIGINT). Every module takes them from here.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_UNREACHABLE = 4
+EXIT_INTERRUPTED = 130
 
 
 class PycliError(Exception):
@@ -32,3 +37,19 @@ class Unreachable(PycliError):
     """Some hosts could not be reached."""
 
     exit_code = EXIT_UNREACHABLE
+
+
+@dataclass(frozen=True)
+class Located:
+    """A problem at a known place (file:line[:column]), shown there rather than at the source."""
+
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}"
+
+
+def problems_error(source: str, problems: Iterable[str | Located]) -> BadInput:
+    """One BadInput for many problems: one line each, every line standing alone."""
+    return BadInput("\n".join(str(p) if isinstance(p, Located) else f"{source}: {p}" for p in problems))

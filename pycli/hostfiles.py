@@ -15,8 +15,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from pycli.cluster_model import Cluster, Host, Located, positive_int, problems_error
-from pycli.errors import BadInput
+from pycli.cluster_model import Cluster, Host, positive_int
+from pycli.errors import BadInput, Located, problems_error
 from pycli.inventory_writer import HostEntry
 
 

@@ -3,29 +3,43 @@
 It gives the same experience as real servers: Ansible connects over real SSH with a
 controller key and checks host keys, which are read from each node through the Docker
 API (a trusted channel) rather than accepted on first use. A failed `up` removes
-everything it made.
+everything it made. What the cluster will be (names, addresses, inventory) is planned
+first, without Docker, in pycli/local_plan.py.
 """
 
 from __future__ import annotations
 
-import hashlib
+import io
 import ipaddress
 import re
 import shutil
 import subprocess
 import tarfile
-import io
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from pycli import runner
 from pycli.errors import BadInput, PycliError, Unreachable
-from pycli.inventory_writer import HostEntry, render_inventory, write_text_atomically
+from pycli.inventory_writer import write_text_atomically
 from pycli.local_image import ImageSpec, ensure_image
-from pycli.paths import PROJECT_ROOT, new_run_dir, state_dir
+from pycli.local_plan import (
+    DEFAULT_SLOTS,
+    INVENTORY_MARKER,
+    ClusterPlan,
+    NodePlan,
+    cluster_state_dir,
+    default_inventory_path,
+    network_name,
+    pick_subnet,
+    plan_cluster,
+    render_local_inventory,
+    validate_name,
+    validate_node_count,
+    validate_slots,
+)
+from pycli.paths import new_run_dir
 
 if TYPE_CHECKING:  # the docker SDK costs a quarter second to import: only commands that use it pay
     import docker
@@ -34,154 +48,7 @@ if TYPE_CHECKING:  # the docker SDK costs a quarter second to import: only comma
 LABEL_CLUSTER = "io.pycli.cluster"
 LABEL_NODE = "io.pycli.node"
 LABEL_INVENTORY = "io.pycli.inventory"
-NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$")
-MAX_NODES = 64
-# Ranks per node by default: `pycli train --np 8` fills two nodes, and the workloads split
-# the machine's cores between the ranks of a node.
-DEFAULT_SLOTS = 4
-# Local clusters get a /24 each out of this block, picked from the cluster's name.
-SUBNET_POOL = ipaddress.ip_network("172.28.0.0/16")
-FIRST_NODE_OFFSET = 10
-INVENTORY_HEADER = "pycli local cluster"
-INVENTORY_MARKER = f"# {INVENTORY_HEADER}"
 BOOT_TIMEOUT_S = 120
-
-
-@dataclass(frozen=True)
-class NodePlan:
-    hostname: str
-    container: str
-    address: str
-
-
-@dataclass(frozen=True)
-class ClusterPlan:
-    name: str
-    network: str
-    subnet: ipaddress.IPv4Network
-    nodes: tuple[NodePlan, ...]
-    slots: int = DEFAULT_SLOTS
-
-
-def validate_name(name: str) -> None:
-    if not NAME_PATTERN.match(name):
-        raise BadInput(
-            f"cluster name {name!r} must be 1-24 lower-case letters, digits or '-', "
-            "starting and ending with a letter or digit"
-        )
-
-
-def validate_node_count(count: int) -> None:
-    if not 1 <= count <= MAX_NODES:
-        raise BadInput(f"--nodes must be between 1 and {MAX_NODES}, got {count}")
-
-
-def validate_slots(slots: int) -> None:
-    if slots < 1:
-        raise BadInput(f"--slots must be 1 or more processes per node, got {slots}")
-
-
-def default_inventory_path(name: str) -> Path:
-    return PROJECT_ROOT / "inventory" / f"local-{name}.ini"
-
-
-def cluster_state_dir(name: str) -> Path:
-    return state_dir() / "clusters" / name
-
-
-def network_name(name: str) -> str:
-    return f"pycli-{name}"
-
-
-def pick_subnet(name: str, taken: list[ipaddress.IPv4Network]) -> ipaddress.IPv4Network:
-    """The first free /24 of the pool, starting at a place fixed by the cluster's name."""
-    blocks = list(SUBNET_POOL.subnets(new_prefix=24))
-    start = int(hashlib.sha256(name.encode()).hexdigest(), 16) % len(blocks)
-    for i in range(len(blocks)):
-        block = blocks[(start + i) % len(blocks)]
-        if not any(block.overlaps(other) for other in taken):
-            return block
-    raise PycliError(f"no free /24 left in {SUBNET_POOL} for a new local cluster; pass --subnet")
-
-
-def plan_cluster(name: str, count: int, subnet: ipaddress.IPv4Network, slots: int = DEFAULT_SLOTS) -> ClusterPlan:
-    """Names and addresses of every node: pure, so it can be checked before anything is made."""
-    validate_name(name)
-    validate_node_count(count)
-    validate_slots(slots)
-    if subnet.num_addresses < FIRST_NODE_OFFSET + count + 2:
-        raise BadInput(f"subnet {subnet} is too small for {count} nodes")
-    hosts = list(subnet.hosts())
-    nodes = tuple(
-        NodePlan(hostname=f"node{i}", container=f"pycli-{name}-node{i}", address=str(hosts[FIRST_NODE_OFFSET + i - 1]))
-        for i in range(1, count + 1)
-    )
-    return ClusterPlan(name=name, network=network_name(name), subnet=subnet, nodes=nodes, slots=slots)
-
-
-# What the local test bed needs beyond the role defaults: these nodes are containers on a
-# machine that may reach only PyPI and the Debian mirror (the settings a user behind a
-# firewall makes too). Open MPI is Debian's copy of the upstream 4.1.4 tarball; its sha256
-# is the one in the Checksums-Sha256 of Debian's signed openmpi_4.1.4-3.dsc.
-LOCAL_BED_VARS: dict[str, object] = {
-    "openmpi_version": "4.1.4",
-    "openmpi_source_url": "http://deb.debian.org/debian/pool/main/o/openmpi/openmpi_4.1.4.orig.tar.xz",
-    "openmpi_source_sha256": "ddaee7dbdb01eb4fab1fda5b5e03e8bbff026711806c095c1f39bb410f99f263",
-    "docker_package_source": "distribution",
-    # Docker inside a node container: no NET_ADMIN, so no iptables rules and no bridge,
-    # and containers start through the image's runc wrapper (pycli/node_files/runc-nested).
-    "docker_daemon_options": {
-        "iptables": False, "ip6tables": False, "bridge": "none",
-        "runtimes": {"runc-nested": {"path": "/usr/local/bin/runc-nested"}},
-        "default-runtime": "runc-nested",
-    },
-    # That wrapper keeps a container in its node's network namespace, which is what
-    # `--network host` gives on real hosts; here Docker itself cannot set up a host network,
-    # so job containers get the node's name and address as a host network would give them.
-    "pycli_job_container_network": "none",
-    "pycli_job_container_options": [
-        "--hostname", "{{ inventory_hostname }}", "--add-host", "{{ inventory_hostname }}:{{ ansible_host }}",
-    ],
-}
-LOCAL_BED_COMMENTS = {
-    "openmpi_version": "Test bed: Open MPI from Debian's mirror (see pycli/local_cluster.py for the checksum's source).",
-    "docker_package_source": "Test bed: Docker from Debian; nodes are containers, so Docker runs without iptables or a bridge, containers through the image's runc wrapper.",
-    "common_extra_ca_bundle": "Test bed: the CA bundle baked into the node image, trusted by pip on the nodes too.",
-    "pycli_job_container_network": "Test bed: train --docker containers stay in their node's network (real hosts: host).",
-    "pycli_job_container_options": "Test bed: what a host network gives a container, its node's name and address.",
-}
-
-
-def render_local_inventory(plan: ClusterPlan, key: Path, known_hosts: Path, ca_bundle: Path | None = None) -> str:
-    bed_vars = dict(LOCAL_BED_VARS)
-    if ca_bundle is not None:
-        bed_vars["common_extra_ca_bundle"] = str(ca_bundle.resolve())
-    return render_inventory(
-        [HostEntry(name=node.hostname, address=node.address) for node in plan.nodes],
-        header=[
-            f"{INVENTORY_HEADER} {plan.name!r}: {len(plan.nodes)} systemd node containers on",
-            f"docker network {plan.network} ({plan.subnet}). Written by 'pycli cluster up';",
-            f"'pycli cluster down --name {plan.name}' removes the nodes and this file.",
-            "Ansible reaches the nodes over real SSH as root with this cluster's own key; the",
-            "host keys were read from each node through the Docker API and are always checked.",
-        ],
-        group_vars={
-            "ansible_user": "root",
-            "ansible_port": 22,
-            "ansible_ssh_private_key_file": str(key),
-            "ansible_ssh_common_args": f"-o UserKnownHostsFile={known_hosts}",
-            "slots": plan.slots,
-            "pycli_network_interface": "eth0",
-            "pycli_local_cluster": plan.name,
-            **bed_vars,
-        },
-        var_comments={
-            "ansible_ssh_common_args": "Host keys of every node, by name and address.",
-            "slots": "Processes per node: these nodes have no GPU; ranks share the machine's cores.",
-            "pycli_network_interface": "The NIC ranks talk over (a node running Docker also has docker0).",
-            **LOCAL_BED_COMMENTS,
-        },
-    )
 
 
 def _cluster_containers(client: docker.DockerClient, name: str) -> list[Container]:

@@ -19,13 +19,13 @@ from rich.live import Live
 from rich.table import Table
 
 from pycli import runner
-from pycli.errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, BadInput
+from pycli.cluster_model import Cluster
+from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, BadInput
 from pycli.paths import PROJECT_ROOT, new_run_dir
 
 SITE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "site.yml"
 # The cache stage alone (site.yml starts with it): every download, checked, no node changed.
 CACHE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "cache.yml"
-EXIT_INTERRUPTED = 130
 
 
 def parse_extra_vars(items: Sequence[str]) -> dict[str, object]:
@@ -54,33 +54,38 @@ def parse_extra_vars(items: Sequence[str]) -> dict[str, object]:
     return found
 
 
-def build_request(
-    inventory: Path,
-    *,
-    playbook: Path = SITE_PLAYBOOK,
-    limit: str | None = None,
-    tags: str | None = None,
-    skip_tags: str | None = None,
-    check: bool = False,
-    extra_vars: Sequence[str] = (),
-    forks: int | None = None,
-    verbosity: int = 0,
-    offline: bool = False,
-) -> runner.RunRequest:
-    if forks is not None and forks < 1:
-        raise BadInput(f"--forks must be at least 1, got {forks}")
-    if not playbook.is_file():
-        raise BadInput(f"playbook {playbook} does not exist")
+@dataclass(frozen=True)
+class ProvisionRequest:
+    """What `pycli provision` and `pycli fetch` ask of a playbook run, as the CLI read it: pure data."""
+
+    playbook: Path = SITE_PLAYBOOK
+    limit: str | None = None
+    tags: str | None = None
+    skip_tags: str | None = None
+    check: bool = False
+    extra_vars: tuple[str, ...] = ()  # as given: key=value or @file.yml
+    forks: int | None = None
+    verbosity: int = 0
+    offline: bool = False  # download nothing: install from the controller cache
+
+
+def build_request(cluster: Cluster, request: ProvisionRequest) -> runner.RunRequest:
+    """The runner's request for applying `request.playbook` to the cluster's inventory."""
+    if request.forks is not None and request.forks < 1:
+        raise BadInput(f"--forks must be at least 1, got {request.forks}")
+    if not request.playbook.is_file():
+        raise BadInput(f"playbook {request.playbook} does not exist")
+    offline = {"pycli_offline": True} if request.offline else {}
     return runner.RunRequest(
-        inventory=inventory,
-        playbook=playbook,
-        extravars={**parse_extra_vars(extra_vars), **({"pycli_offline": True} if offline else {})},
-        limit=limit,
-        tags=tags,
-        skip_tags=skip_tags,
-        check=check,
-        forks=forks,
-        verbosity=verbosity,
+        inventory=cluster.inventory_path,
+        playbook=request.playbook,
+        extravars={**parse_extra_vars(request.extra_vars), **offline},
+        limit=request.limit,
+        tags=request.tags,
+        skip_tags=request.skip_tags,
+        check=request.check,
+        forks=request.forks,
+        verbosity=request.verbosity,
     )
 
 
@@ -171,34 +176,16 @@ def exit_code(status: str, view: ProvisionView) -> int:
     return EXIT_OK
 
 
-def provision(
-    inventory: Path,
-    *,
-    playbook: Path = SITE_PLAYBOOK,
-    limit: str | None = None,
-    tags: str | None = None,
-    skip_tags: str | None = None,
-    check: bool = False,
-    extra_vars: Sequence[str] = (),
-    forks: int | None = None,
-    verbosity: int = 0,
-    offline: bool = False,
-    console: Console | None = None,
-) -> int:
-    """Apply the playbook to the inventory's nodes; return the exit code the design names."""
-    from pycli.cluster_model import load_cluster
-
+def provision(cluster: Cluster, request: ProvisionRequest, console: Console | None = None) -> int:
+    """Apply the playbook to the cluster's nodes; return the exit code the design names."""
     console = console or Console(soft_wrap=True)
-    cluster = load_cluster(inventory)  # every inventory mistake is caught before a host is touched
-    request = build_request(
-        inventory, playbook=playbook, limit=limit, tags=tags, skip_tags=skip_tags,
-        check=check, extra_vars=extra_vars, forks=forks, verbosity=verbosity, offline=offline,
-    )
+    verbosity = request.verbosity
+    run_request = build_request(cluster, request)
     run_dir = new_run_dir("provision")  # only once the input is known to be good
     view = ProvisionView([h.name for h in cluster.hosts])
     cancel = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
-    console.print(f"provisioning {len(cluster.hosts)} host(s) with {playbook.name}; run folder {run_dir}")
+    console.print(f"provisioning {len(cluster.hosts)} host(s) with {request.playbook.name}; run folder {run_dir}")
     started = time.monotonic()
     shown_notes = 0
     try:
@@ -213,14 +200,14 @@ def provision(
                     console.print(f"  {view.notes[shown_notes]}")
                     shown_notes += 1
 
-            result = runner.run(request, run_dir, on_event=on_event, cancel=cancel.is_set)
+            result = runner.run(run_request, run_dir, on_event=on_event, cancel=cancel.is_set)
         else:
             with Live(view.table(True), console=console, refresh_per_second=4, transient=True) as live:
                 def on_event(event):
                     view.handle(event)
                     live.update(view.table(True))
 
-                result = runner.run(request, run_dir, on_event=on_event, cancel=cancel.is_set)
+                result = runner.run(run_request, run_dir, on_event=on_event, cancel=cancel.is_set)
     finally:
         signal.signal(signal.SIGINT, previous)
     code = exit_code(result.status, view)

@@ -2,7 +2,7 @@
 
 results.json (the document itself), results.csv (one row per combination, skipped ones
 with their reason), runs.csv (one row per run), allreduce.csv (one row per backend and
-message size), report.md (seed 003's environment table and its two speed-up tables, the
+message size), report.md (the environment table and the two speed-up tables of the backend-by-scale lab, the
 allreduce table beside raw TCP) and PNG plots: throughput and scaling efficiency against
 processes, each with its ideal line, and allreduce bus bandwidth against message size.
 Everything here is a pure function of the document except the writing of the files.
@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from pycli.check import human_size
+from pycli.sizes import human_size
 
 CELL_COLUMNS = (
     "launcher", "backend", "device", "scope", "servers", "processes_per_server", "processes", "status", "reason",
@@ -127,7 +127,7 @@ def _with_torch(own: str, torch_built: str) -> str:
 
 
 def environment_rows(nodes: Sequence[Mapping]) -> list[tuple[str, str]]:
-    """Seed 003's environment table, every row read from the nodes."""
+    """The environment table: one column per node, every row read from the nodes."""
     rows = [
         ("Servers", f"{len(nodes)} ({', '.join(node['host'] for node in nodes)})"),
         ("NIC (training network)", _same_or_each(nodes, _nic)),

@@ -1,14 +1,16 @@
-"""`pycli train`: a distributed job across the inventory's nodes, started on the launcher node.
+"""`pycli train`: a distributed job across the cluster's nodes, started on the launcher node.
 
-Planning is pure (which hosts, which command line for horovodrun, mpirun or torchrun);
-staging and collecting results go through playbooks and the one runner adapter; the job
-itself runs over OpenSSH with the inventory's own connection settings, so host keys are
-checked exactly as Ansible checks them, and its output streams back line by line.
+`plan_job` checks a `JobRequest` against the cluster and decides every host and path (pure;
+the command lines come from pycli.launch_lines); staging, containers and collecting results
+go through playbooks and the one runner adapter; the job itself runs over OpenSSH
+(pycli.nodes) with the inventory's own connection settings, its output streamed line by line.
+`run_job` does all of it: `pycli train`, the allreduce gate of `pycli check` and every run of
+`pycli bench` call it.
 """
 
 from __future__ import annotations
 
-import hashlib
+import json
 import os
 import shlex
 import signal
@@ -16,25 +18,22 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 
 from pycli import containers, runner
-from pycli.cluster_model import Cluster, Host
+from pycli.cluster_model import Cluster
 from pycli.containers import JobContainer
-from pycli.errors import EXIT_FAILED, BadInput, PycliError, Unreachable
+from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, BadInput, PycliError, Unreachable
 from pycli.hostfiles import fill_slots, render_hostfile
+from pycli.launch_lines import HOROVOD_CONTROLLERS, LAUNCHERS, WORKLOADS_DIR, JobPlan, NodeLayout, launch_commands, remote_data_dir
+from pycli.nodes import RemoteProcess, ssh_argv
 from pycli.paths import PROJECT_ROOT, cache_dir, new_run_dir
 
-WORKLOADS_DIR = PROJECT_ROOT / "workloads"
 STAGE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "stage.yml"
 COLLECT_PLAYBOOK = PROJECT_ROOT / "playbooks" / "collect.yml"
 CONTAINER_PLAYBOOK = PROJECT_ROOT / "playbooks" / "job_container.yml"
-LAUNCHERS = ("horovod", "mpirun", "torchrun")
-BACKENDS = ("gloo", "mpi")
-EXIT_INTERRUPTED = 130
-TORCHRUN_PORT = 29400
 
 # Built-in workloads: script, the launchers that can start it, whether it reads IDX data.
 WORKLOADS = {
@@ -46,59 +45,21 @@ DEFAULT_LAUNCHER = {"mnist": "horovod", "ddp": "torchrun", "synthetic": "horovod
 
 
 @dataclass(frozen=True)
-class NodeLayout:
-    """Where the roles put things on every node (role defaults, overridable in the inventory)."""
+class JobRequest:
+    """One job as a caller asks for it: `pycli train`, the allreduce gate of `pycli check`, each run of `pycli bench`.
 
-    venv: PurePosixPath = PurePosixPath("/opt/pycli/venv")
-    work_dir: PurePosixPath = PurePosixPath("/srv/pycli")
+    Pure data; `plan_job` checks it against the cluster before anything runs.
+    """
 
-    @property
-    def python(self) -> str:
-        return str(self.venv / "bin" / "python")
-
-    def tool(self, name: str) -> str:
-        return str(self.venv / "bin" / name)
-
-
-@dataclass(frozen=True)
-class JobPlan:
-    job_id: str
-    launcher: str
-    backend: str
     np: int
-    hosts: tuple[Host, ...]
-    script: Path  # on the controller
-    script_args: tuple[str, ...]
-    layout: NodeLayout
-    network_interface: str | None = None
-    data_dir: Path | None = None  # on the controller
-    resume: Path | None = None  # on the controller
-    container: JobContainer | None = None  # --docker: every rank inside the job's containers
-
-    @property
-    def job_dir(self) -> PurePosixPath:
-        return self.layout.work_dir / "jobs" / self.job_id
-
-    @property
-    def python(self) -> str:
-        # In a container, the image's own interpreter and tools, found on its PATH.
-        return "python3" if self.container else self.layout.python
-
-    def tool(self, name: str) -> str:
-        return name if self.container else self.layout.tool(name)
-
-    @property
-    def ssh_ports(self) -> set[int]:
-        """The ports horovodrun and mpirun reach the job's hosts on (the containers' sshd)."""
-        return {self.container.ssh_port} if self.container else {h.port for h in self.hosts}
-
-    @property
-    def remote_script(self) -> PurePosixPath:
-        return self.job_dir / "workloads" / self.script.name
-
-    @property
-    def rank0(self) -> Host:
-        return self.hosts[0]
+    workload: str = "mnist"  # a built-in workload (WORKLOADS) or a path to a .py script
+    launcher: str | None = None  # None: the workload's usual launcher
+    controller: str = "gloo"  # horovodrun's controller: gloo or mpi
+    script_args: tuple[str, ...] = ()
+    network_interface: str | None = None  # None: the inventory's pycli_network_interface
+    data_dir: Path | None = None  # on the controller; None: the built-in digits where the workload reads data
+    resume: Path | None = None  # a checkpoint on the controller to continue from
+    container: JobContainer | None = None  # every rank inside the job's containers (--docker)
 
 
 def new_job_id(now: datetime | None = None) -> str:
@@ -106,30 +67,12 @@ def new_job_id(now: datetime | None = None) -> str:
     return f"{stamp}-{os.getpid()}"
 
 
-def remote_data_dir(layout: NodeLayout, data_dir: Path) -> PurePosixPath:
-    """Data is staged once per content name, outside the job, so later jobs reuse it."""
-    digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:8]
-    return layout.work_dir / "data" / f"{data_dir.name}-{digest}"
-
-
-def plan_job(
-    cluster: Cluster,
-    *,
-    np: int,
-    workload: str,
-    launcher: str | None,
-    backend: str,
-    script_args: Sequence[str],
-    layout: NodeLayout,
-    job_id: str,
-    network_interface: str | None = None,
-    data_dir: Path | None = None,
-    resume: Path | None = None,
-    container: JobContainer | None = None,
-) -> JobPlan:
+def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_id: str) -> JobPlan:
     """Check the request against the cluster and decide every path and host: no side effects."""
-    if backend not in BACKENDS:
-        raise BadInput(f"unknown --backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    np, workload, launcher = request.np, request.workload, request.launcher
+    data_dir, resume = request.data_dir, request.resume
+    if request.controller not in HOROVOD_CONTROLLERS:
+        raise BadInput(f"unknown --controller {request.controller!r}; use one of {', '.join(HOROVOD_CONTROLLERS)}")
     if launcher is not None and launcher not in LAUNCHERS:
         raise BadInput(f"unknown --launcher {launcher!r}; use one of {', '.join(LAUNCHERS)}")
     if workload in WORKLOADS:
@@ -162,95 +105,11 @@ def plan_job(
     if launcher == "horovod":
         render_hostfile(hosts, "horovod")  # refuses what horovodrun would misread
     return JobPlan(
-        job_id=job_id, launcher=launcher, backend=backend, np=np, hosts=hosts, script=script,
-        script_args=tuple(script_args), layout=layout, network_interface=network_interface,
-        data_dir=data_dir if needs_data else None, resume=resume, container=container,
+        job_id=job_id, launcher=launcher, controller=request.controller, np=np, hosts=hosts, script=script,
+        script_args=tuple(request.script_args), layout=layout,
+        network_interface=request.network_interface or cluster.settings.get("pycli_network_interface") or None,
+        data_dir=data_dir if needs_data else None, resume=resume, container=request.container,
     )
-
-
-def workload_args(plan: JobPlan) -> list[str]:
-    """The arguments pycli adds for its own workloads: data, checkpoint, metrics, resume."""
-    args: list[str] = []
-    name = plan.script.name
-    if plan.script.parent == WORKLOADS_DIR and name in ("mnist.py", "ddp.py"):
-        args += ["--checkpoint", str(plan.job_dir / "checkpoints" / "last.pt"), "--metrics", str(plan.job_dir / "metrics.jsonl")]
-        if plan.resume is not None:
-            args += ["--resume", str(plan.job_dir / "resume.pt")]
-    if plan.script.parent == WORKLOADS_DIR and name == "synthetic.py":
-        args += ["--metrics", str(plan.job_dir / "metrics.jsonl")]
-        if plan.launcher == "torchrun":
-            args += ["--comm", "ddp"]
-    if plan.data_dir is not None:
-        args += ["--data-dir", str(remote_data_dir(plan.layout, plan.data_dir))]
-    return args + list(plan.script_args)
-
-
-def _program(plan: JobPlan) -> list[str]:
-    return [plan.python, "-u", str(plan.remote_script), *workload_args(plan)]
-
-
-def horovodrun_argv(plan: JobPlan) -> list[str]:
-    argv = [plan.tool("horovodrun"), "-np", str(plan.np), "-H", render_hostfile(plan.hosts, "horovod").strip()]
-    argv.append("--gloo" if plan.backend == "gloo" else "--mpi")
-    ports = plan.ssh_ports
-    if ports != {22}:
-        argv += ["-p", str(ports.pop())]
-    # horovodrun looks the interface up on every host it talks to; with one host that is
-    # 127.0.0.1, which has no such interface, and the job fails.
-    if plan.network_interface and len(plan.hosts) > 1:
-        argv += ["--network-interface", plan.network_interface]
-    return argv + _program(plan)
-
-
-def mpirun_argv(plan: JobPlan, user: str) -> list[str]:
-    """mpirun as seed 004 runs it: no binding, slots filled in order, TCP without openib."""
-    argv = ["mpirun", "-np", str(plan.np), "-H", render_hostfile(plan.hosts, "horovod").strip(),
-            "-bind-to", "none", "-map-by", "slot", "--tag-output",
-            "-mca", "pml", "ob1", "-mca", "btl", "^openib",
-            "-x", "PATH", "-x", "LD_LIBRARY_PATH", "-x", "PYTHONUNBUFFERED=1"]
-    if user == "root":
-        argv.append("--allow-run-as-root")
-    ports = plan.ssh_ports
-    if ports != {22}:
-        argv += ["-mca", "plm_rsh_args", f"-p {ports.pop()}"]
-    if plan.network_interface:
-        iface = plan.network_interface
-        argv += ["-mca", "btl_tcp_if_include", iface, "-mca", "oob_tcp_if_include", iface,
-                 "-x", f"NCCL_SOCKET_IFNAME={iface}", "-x", f"GLOO_SOCKET_IFNAME={iface}"]
-    return argv + _program(plan)
-
-
-def torchrun_argv(plan: JobPlan, node_rank: int) -> list[str]:
-    host = plan.hosts[node_rank]
-    return [plan.tool("torchrun"), "--nnodes", str(len(plan.hosts)), "--nproc-per-node", str(host.slots),
-            "--node-rank", str(node_rank), "--master-addr", plan.rank0.address, "--master-port", str(TORCHRUN_PORT),
-            str(plan.remote_script), *workload_args(plan)]
-
-
-def remote_shell(plan: JobPlan, argv: Sequence[str]) -> str:
-    """The shell line run on a node: the job's folder, the shared venv first on PATH.
-
-    With --docker, the same command inside the node's job container, on the image's PATH."""
-    env = ["PYTHONUNBUFFERED=1"]
-    if plan.network_interface:
-        env += [f"GLOO_SOCKET_IFNAME={plan.network_interface}", f"NCCL_SOCKET_IFNAME={plan.network_interface}"]
-    if plan.container:
-        return containers.exec_line(plan.container, plan.job_id, plan.job_dir, env, argv)
-    env.insert(0, f"PATH={plan.layout.venv / 'bin'}:$PATH")
-    return f"cd {shlex.quote(str(plan.job_dir))} && exec env {' '.join(env)} {shlex.join(argv)}"
-
-
-def launch_commands(plan: JobPlan) -> list[tuple[Host, str]]:
-    """(host, shell line) for every process pycli starts over SSH: one launcher, or one per node."""
-    if plan.launcher == "torchrun":
-        return [(host, remote_shell(plan, torchrun_argv(plan, i))) for i, host in enumerate(plan.hosts)]
-    if plan.launcher == "mpirun":
-        user = "root" if plan.container else plan.rank0.login_user  # job containers run as root
-        return [(plan.rank0, remote_shell(plan, mpirun_argv(plan, user)))]
-    return [(plan.rank0, remote_shell(plan, horovodrun_argv(plan)))]
-
-
-# --- side effects: stage, run, clean up, collect ------------------------------------------
 
 
 def _run_playbook(inventory: Path, playbook: Path, run_dir: Path, extravars: dict, limit: str, what: str) -> None:
@@ -329,54 +188,7 @@ def stop_strays(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
     runner.run(request, run_dir / "cleanup")
 
 
-class RemoteProcess:
-    """One command on one node over `ssh -tt`, its output streamed with a prefix.
-
-    A pseudo-terminal on the far side means an interrupt byte reaches the remote process
-    as SIGINT, exactly as Ctrl-C would in an interactive session.
-    """
-
-    def __init__(self, ssh_argv: Sequence[str], prefix: str, write: Callable[[str], None]) -> None:
-        self.prefix = prefix
-        self.write = write
-        self.proc = subprocess.Popen(
-            list(ssh_argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True,  # our Ctrl-C is forwarded, not delivered to ssh directly
-        )
-        self.reader = threading.Thread(target=self._pump, daemon=True)
-        self.reader.start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in iter(self.proc.stdout.readline, b""):
-            line = raw.decode(errors="replace").rstrip("\r\n").replace("\r", "")
-            self.write(f"{self.prefix}{line}" if self.prefix else line)
-
-    def interrupt(self) -> None:
-        if self.proc.poll() is None and self.proc.stdin:
-            try:
-                self.proc.stdin.write(b"\x03")
-                self.proc.stdin.flush()
-            except (BrokenPipeError, OSError):
-                pass
-
-    def wait(self, timeout: float | None = None) -> int:
-        code = self.proc.wait(timeout)
-        self.reader.join(5)
-        return code
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-
-
-def ssh_argv(host: Host, command: str) -> list[str]:
-    """OpenSSH with the host's inventory settings; host keys checked as Ansible checks them."""
-    return ["ssh", "-tt", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "LogLevel=ERROR",
-            "-p", str(host.port), *host.ssh_options, f"{host.login_user}@{host.address}", command]
-
-
-def run_job(plan: JobPlan, write: Callable[[str], None] = print) -> int:
+def run_processes(plan: JobPlan, write: Callable[[str], None] = print) -> int:
     """Start the job's processes, stream their output, forward Ctrl-C; return the job's exit code."""
     commands = launch_commands(plan)
     many = len(commands) > 1
@@ -417,31 +229,12 @@ def run_job(plan: JobPlan, write: Callable[[str], None] = print) -> int:
     return next((code for code in codes if code != 0), 0)
 
 
-# --- the command --------------------------------------------------------------------------
-
-
-def resolve_inventory(inventory: Path | None) -> Path:
-    """The inventory given, else the one local cluster that is up."""
-    if inventory is not None:
-        return inventory
-    from pycli import local_cluster
-
-    running = local_cluster.running_clusters()
-    if len(running) == 1:
-        return next(iter(running.values()))
-    if not running:
-        raise BadInput("no inventory given and no local cluster is up: pass -i INVENTORY, or run 'pycli cluster up'")
-    raise BadInput(f"no inventory given and {len(running)} local clusters are up ({', '.join(sorted(running))}): pass -i INVENTORY")
-
-
 def workload_needs_data(workload: str) -> bool:
     return workload in WORKLOADS and WORKLOADS[workload][2]
 
 
 def read_metrics(results: Path) -> list[dict]:
     """The job's metrics records (rank 0's metrics.jsonl), oldest first."""
-    import json
-
     metrics = results / "metrics.jsonl"
     if not metrics.exists():
         return []
@@ -466,49 +259,33 @@ class TrainOutcome:
     plan: JobPlan
 
 
-def train(
-    inventory: Path | None,
-    *,
-    np: int,
-    workload: str,
-    launcher: str | None,
-    backend: str,
-    script_args: Sequence[str],
-    network_interface: str | None,
-    data_dir: Path | None,
-    resume: Path | None,
-    docker_image: str | None = None,
-    docker_ssh_port: int = containers.DEFAULT_SSH_PORT,
-    docker_options: Sequence[str] = (),
-    write: Callable[[str], None] = print,
-    run_dir: Path | None = None,
-) -> TrainOutcome:
-    """Plan, stage, run and collect one job; `run_dir` defaults to a new runs/<time>-train/.
-
-    With `docker_image`, every rank runs inside a container of that image on its node."""
-    from pycli.cluster_model import load_cluster
-    from pycli.datasets import digits_dataset
-
-    if np < 1:
-        raise BadInput(f"--np {np}: the number of processes must be at least 1")
-    inventory = resolve_inventory(inventory)
-    cluster = load_cluster(inventory)
+def layout_of(cluster: Cluster) -> NodeLayout:
+    """Where the roles put the venv and the work folder on this cluster's nodes."""
     settings = cluster.settings
-    layout = NodeLayout(
+    return NodeLayout(
         venv=PurePosixPath(str(settings.get("common_venv_path") or NodeLayout.venv)),
         work_dir=PurePosixPath(str(settings.get("common_work_dir") or NodeLayout.work_dir)),
     )
-    container = None
-    if docker_image is not None:
-        container = containers.parse_job_container(docker_image, docker_ssh_port, docker_options, cluster.hosts)
-    if data_dir is None and workload_needs_data(workload):
-        data_dir = digits_dataset(cache_dir())
-    plan = plan_job(
-        cluster, np=np, workload=workload, launcher=launcher, backend=backend, script_args=script_args,
-        layout=layout, job_id=new_job_id(), data_dir=data_dir, resume=resume,
-        network_interface=network_interface or settings.get("pycli_network_interface") or None,
-        container=container,
-    )
+
+
+def run_job(
+    cluster: Cluster,
+    request: JobRequest,
+    *,
+    write: Callable[[str], None] = print,
+    run_dir: Path | None = None,
+) -> TrainOutcome:
+    """Plan, stage, run and collect one job on `cluster`; `run_dir` defaults to a new runs/<time>-train/.
+
+    `cluster` may be one changed in memory (fewer slots, no network interface): the plan
+    follows its hosts, and playbooks run against the inventory it was read from."""
+    from pycli.datasets import digits_dataset
+
+    if request.data_dir is None and workload_needs_data(request.workload):
+        request = replace(request, data_dir=digits_dataset(cache_dir()))
+    plan = plan_job(cluster, request, layout=layout_of(cluster), job_id=new_job_id())
+    inventory = cluster.inventory_path
+    container = plan.container
     run_dir = run_dir or new_run_dir("train")
     run_dir.mkdir(parents=True, exist_ok=True)
     commands = launch_commands(plan)
@@ -516,7 +293,7 @@ def train(
         f"job {plan.job_id}\nhosts {','.join(h.name for h in plan.hosts)}\n"
         + "".join(f"{host.name}: {line}\n" for host, line in commands)
     )
-    how = f"horovodrun --{plan.backend}" if plan.launcher == "horovod" else plan.launcher
+    how = f"horovodrun --{plan.controller}" if plan.launcher == "horovod" else plan.launcher
     inside = f" inside {container.image} containers" if container else ""
     write(f"pycli: job {plan.job_id}: {plan.np} process(es) on {', '.join(h.name for h in plan.hosts)} "
           f"via {how}{inside}; run folder {run_dir}")
@@ -536,7 +313,7 @@ def train(
             write(f"pycli: job containers up on {', '.join(h.name for h in plan.hosts)} "
                   f"(sshd on port {container.ssh_port}) in {time.monotonic() - up:.0f} s")
         started = time.monotonic()  # the job's own time, as without containers
-        code = run_job(plan, write)
+        code = run_processes(plan, write)
     finally:
         if container is not None:
             remove_containers(plan, inventory, run_dir)

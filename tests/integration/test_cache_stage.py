@@ -16,7 +16,7 @@ from pycli.cache import sha256_of
 from tests.conftest import ROOT, run_pycli
 
 pytestmark = pytest.mark.integration
-OPENMPI_SOURCE = "openmpi_4.1.4.orig.tar.xz"  # the test bed's source (pycli/local_cluster.py)
+OPENMPI_SOURCE = "openmpi_4.1.4.orig.tar.xz"  # the test bed's source (pycli/local_plan.py)
 
 
 def changed_tasks(runs: Path) -> list[str]:

@@ -63,7 +63,7 @@ def test_checkpoint_is_fetched_and_resume_continues_with_the_same_metrics(provis
 
 
 def test_horovod_with_the_mpi_controller(provisioned_cluster):
-    proc = train(provisioned_cluster, "synthetic", "--np", "2", "--backend", "mpi", "--",
+    proc = train(provisioned_cluster, "synthetic", "--np", "2", "--controller", "mpi", "--",
                  "--width", "8", "--image-size", "32", "--batch-size", "4", "--num-iters", "2", *FAST)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "via horovodrun --mpi" in proc.stdout

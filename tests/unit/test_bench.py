@@ -11,16 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from pycli.bench import (
-    ACROSS, WITHIN, BenchRequest, Cell, Estimate, Measurement, NodeCapacity, Placement, RunResult, allreduce_job,
-    allreduce_placement, bench_request, estimate, measure_tcp, measurement_from_records, parse_choices,
-    parse_iperf3, parse_process_counts, parse_size_range, placement_inventory, placements, plan_allreduce,
-    plan_matrix, ratio, request_command, skip_reason, summarize, tcp_commands, training_job,
+from pycli.bench_plan import (
+    ACROSS, WITHIN, BenchRequest, Cell, NodeCapacity, Placement, allreduce_job, allreduce_placement, bench_request,
+    parse_choices, parse_process_counts, parse_size_range, placement_cluster, placements, plan_allreduce, plan_matrix,
+    request_command, skip_reason, training_job,
 )
-from pycli.check import NodeFacts
-from pycli.cluster_model import Host, load_cluster
+from pycli.bench_stats import Estimate, Measurement, CellRun, estimate, measurement_from_records, ratio, summarize
+from pycli.iperf import measure_tcp, parse_iperf3, tcp_commands
+from pycli.node_facts import NodeFacts
+from pycli.cluster_model import Cluster, Host, load_cluster
 from pycli.datasets import digits_dataset
 from pycli.errors import BadInput
+from pycli.train import JobRequest
 from tests.conftest import run_pycli
 
 WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
@@ -73,9 +75,9 @@ def test_the_request_writes_the_command_that_makes_it_again():
 
 
 def test_the_cli_default_sizes_are_the_modules():
-    from pycli import bench, cli_bench
+    from pycli import bench_plan, cli_bench
 
-    assert cli_bench.DEFAULT_ALLREDUCE_SIZES == bench.DEFAULT_ALLREDUCE_SIZES
+    assert cli_bench.DEFAULT_ALLREDUCE_SIZES == bench_plan.DEFAULT_ALLREDUCE_SIZES
 
 
 # --- the matrix ----------------------------------------------------------------------------
@@ -128,30 +130,30 @@ def test_gpu_clusters_run_what_they_can(cell, workload):
 
 
 def test_each_cell_becomes_the_train_job_that_measures_it():
-    assert training_job(Cell("horovod", "mpi", Placement(2, 1)), "synthetic", ["--width", "8"]) == {
-        "workload": "synthetic", "launcher": "horovod", "backend": "mpi", "script_args": ["--cpu", "--width", "8"]}
-    assert training_job(Cell("horovod", "nccl", Placement(2, 4)), "mnist", []) == {
-        "workload": "mnist", "launcher": "horovod", "backend": "gloo", "script_args": []}
-    assert training_job(Cell("torchrun", "gloo", Placement(1, 2)), "mnist", ["--epochs", "1"]) == {
-        "workload": "ddp", "launcher": "torchrun", "backend": "gloo",
-        "script_args": ["--cpu", "--backend", "gloo", "--epochs", "1"]}
-    assert training_job(Cell("mpirun", "mpi", Placement(1, 2)), "synthetic", [])["backend"] == "mpi"
+    assert training_job(Cell("horovod", "mpi", Placement(2, 1)), "synthetic", ["--width", "8"]) == JobRequest(
+        np=2, workload="synthetic", launcher="horovod", controller="mpi", script_args=("--cpu", "--width", "8"))
+    assert training_job(Cell("horovod", "nccl", Placement(2, 4)), "mnist", []) == JobRequest(
+        np=8, workload="mnist", launcher="horovod", controller="gloo", script_args=())
+    assert training_job(Cell("torchrun", "gloo", Placement(1, 2)), "mnist", ["--epochs", "1"]) == JobRequest(
+        np=2, workload="ddp", launcher="torchrun", controller="gloo",
+        script_args=("--cpu", "--backend", "gloo", "--epochs", "1"))
+    assert training_job(Cell("mpirun", "mpi", Placement(1, 2)), "synthetic", []).controller == "mpi"
 
 
 def test_the_allreduce_runs_one_process_per_server_with_the_backends_flags():
     assert allreduce_placement(CPU_NODES) == Placement(2, 1) and allreduce_placement(CPU_NODES[:1]) == Placement(1, 2)
     job = allreduce_job(Cell("torchrun", "gloo", Placement(2, 1)), "4K:1M", 3)
-    assert job["workload"].endswith("workloads/allreduce.py") and job["launcher"] == "torchrun"
-    assert job["script_args"] == ["--comm", "torch", "--backend", "gloo", "--cpu", "--sizes", "4K:1M", "--iters", "3",
-                                  "--metrics", "metrics.jsonl"]
+    assert job.workload.endswith("workloads/allreduce.py") and job.launcher == "torchrun" and job.np == 2
+    assert job.script_args == ("--comm", "torch", "--backend", "gloo", "--cpu", "--sizes", "4K:1M", "--iters", "3",
+                               "--metrics", "metrics.jsonl")
     horovod = allreduce_job(Cell("horovod", "mpi", Placement(2, 1)), "4K", 2)
-    assert horovod["backend"] == "mpi" and horovod["script_args"][:3] == ["--comm", "horovod", "--cpu"]
+    assert horovod.controller == "mpi" and horovod.script_args[:3] == ("--comm", "horovod", "--cpu")
     cells, skipped = plan_allreduce(BenchRequest(backends=("mpi", "gloo", "nccl"), process_counts=(1,)), CPU_NODES)
     assert [c.key for c in cells] == ["horovod-mpi-2x1", "horovod-gloo-2x1"] and skipped[0].cell.backend == "nccl"
     assert plan_allreduce(BenchRequest(backends=("gloo",), process_counts=(1,), allreduce_sizes=None), CPU_NODES) == ([], [])
 
 
-# --- one placement = one inventory ---------------------------------------------------------
+# --- one placement = one cluster in memory ------------------------------------------------
 
 
 def _inventory(folder: Path) -> Path:
@@ -171,30 +173,31 @@ def _inventory(folder: Path) -> Path:
     return inventory
 
 
-def test_a_placement_inventory_changes_only_the_slots(tmp_path):
+def test_a_placement_changes_only_the_slots_and_writes_nothing(tmp_path):
     inventory = _inventory(tmp_path)
-    folder = placement_inventory(inventory, tmp_path / "runs" / "3x2", ["node1", "node2", "node3"], Placement(3, 2))
-    cluster = load_cluster(folder)
+    before = sorted(tmp_path.rglob("*"))
     original = load_cluster(inventory)
+    cluster = placement_cluster(original, Placement(3, 2))
     assert [h.slots for h in cluster.hosts] == [2, 2, 2] and [h.slots for h in original.hosts] == [1, 1, 1]
     assert [(h.name, h.address, h.user) for h in cluster.hosts] == [(h.name, h.address, h.user) for h in original.hosts]
     assert cluster.settings == original.settings == {"pycli_network_interface": "ens5", "common_work_dir": "/data/pycli"}
-    again = placement_inventory(inventory, tmp_path / "runs" / "3x2", ["node1", "node2", "node3"], Placement(3, 1))
-    assert [h.slots for h in load_cluster(again).hosts] == [1, 1, 1]
+    assert cluster.inventory == original.inventory == inventory  # playbooks still read the user's inventory
+    again = placement_cluster(cluster, Placement(3, 1))
+    assert [h.slots for h in again.hosts] == [1, 1, 1]
+    assert sorted(tmp_path.rglob("*")) == before
 
 
 def test_one_server_runs_without_a_network_interface(tmp_path):
     inventory = _inventory(tmp_path)
-    one = load_cluster(placement_inventory(inventory, tmp_path / "1x2", ["node1", "node2", "node3"], Placement(1, 2)))
+    one = placement_cluster(load_cluster(inventory), Placement(1, 2))
     assert [h.slots for h in one.hosts] == [2, 2, 2] and one.settings == {"common_work_dir": "/data/pycli"}
 
 
-def test_a_folder_inventory_is_linked_entry_by_entry(tmp_path):
+def test_a_placement_of_a_folder_inventory_keeps_its_settings(tmp_path):
     source = tmp_path / "inventory"
     source.mkdir()
     _inventory(source)
-    folder = placement_inventory(source, tmp_path / "placed", ["node1", "node2", "node3"], Placement(2, 3))
-    cluster = load_cluster(folder)
+    cluster = placement_cluster(load_cluster(source), Placement(2, 3))
     assert [h.slots for h in cluster.hosts] == [3, 3, 3] and cluster.settings["pycli_network_interface"] == "ens5"
 
 
@@ -252,7 +255,7 @@ def test_ratios_add_relative_errors_in_quadrature():
 
 def _run(cell, repeat, throughput, step=0.1, code=0):
     measured = None if throughput is None else Measurement(step, throughput, None, None, 100.0 + repeat, 2.0, 0.5)
-    return RunResult(cell, repeat, code, Path(f"/runs/{cell.key}-r{repeat}"), 10.0, measured,
+    return CellRun(cell, repeat, code, Path(f"/runs/{cell.key}-r{repeat}"), 10.0, measured,
                      "" if measured else "exit 1: boom")
 
 
@@ -303,9 +306,9 @@ def test_iperf3_commands_are_plain_shell_for_ansible():
 def test_without_iperf3_the_link_is_not_measured_and_no_number_is_made_up(tmp_path):
     hosts = (Host("node1", "10.0.0.1"), Host("node2", "10.0.0.2"))
     facts = {"node1": NodeFacts("node1", iperf3="/usr/bin/iperf3"), "node2": NodeFacts("node2")}
-    link = measure_tcp(tmp_path / "no-inventory.ini", hosts, facts, tmp_path, 5)
+    link = measure_tcp(Cluster(hosts, "node1"), facts, tmp_path, 5)
     assert link.gbit_per_s is None and link.note == "raw TCP not measured: iperf3 is not installed on node2"
-    alone = measure_tcp(tmp_path / "no-inventory.ini", hosts[:1], facts, tmp_path, 5)
+    alone = measure_tcp(Cluster(hosts[:1], "node1"), facts, tmp_path, 5)
     assert alone.gbit_per_s is None and "one server" in alone.note
 
 

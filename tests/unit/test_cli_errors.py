@@ -1,5 +1,7 @@
 """Bad input ends in one line on stderr and exit 2, never a traceback."""
 
+from pathlib import Path
+
 import pytest
 
 from pycli.cli import main
@@ -30,3 +32,78 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
 def test_version(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("pycli ")
+
+
+def test_controller_and_its_old_name_backend():
+    from pycli.cli_options import controller_option
+    from pycli.errors import BadInput
+
+    assert controller_option(None, None) == "gloo"
+    assert controller_option("mpi", None) == controller_option(None, "mpi") == controller_option("mpi", "mpi") == "mpi"
+    with pytest.raises(BadInput, match="unknown --controller 'nccl'"):
+        controller_option("nccl", None)
+    with pytest.raises(BadInput, match="unknown --backend 'nccl'"):
+        controller_option(None, "nccl")
+    with pytest.raises(BadInput, match="--controller mpi and --backend gloo disagree"):
+        controller_option("mpi", "gloo")
+
+
+INVENTORY = "[nodes]\nn1 ansible_host=10.0.0.1 slots=2\nn2 ansible_host=10.0.0.2 slots=2\n"
+
+
+@pytest.mark.parametrize("command", [["inventory", "show"], ["hostfile"]])
+def test_the_inventory_is_an_argument_or_dash_i(command, tmp_path, capsys):
+    inventory = tmp_path / "a.ini"
+    inventory.write_text(INVENTORY)
+    assert main([*command, str(inventory)]) == 0
+    as_argument = capsys.readouterr().out
+    assert main([*command, "-i", str(inventory)]) == 0
+    assert capsys.readouterr().out == as_argument
+    assert main([*command, str(inventory), "--inventory", str(tmp_path / "." / "a.ini")]) == 0  # the same one twice
+
+
+@pytest.mark.parametrize("command", [
+    ["inventory", "show"], ["hostfile"], ["provision"], ["fetch"], ["check"], ["train", "--np", "2"], ["bench"],
+])
+def test_two_different_inventories_are_one_line_and_exit_2(command, tmp_path, capsys):
+    first, second = tmp_path / "a.ini", tmp_path / "b.ini"
+    first.write_text(INVENTORY)
+    second.write_text(INVENTORY)
+    assert main([*command, str(first), "-i", str(second)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"two inventories given, {first} and -i {second}" in err
+
+
+@pytest.mark.parametrize("command", [["inventory", "show"], ["hostfile"], ["provision"], ["fetch"], ["check"]])
+def test_no_inventory_at_all_is_exit_2(command, capsys):
+    assert main(command) == 2
+    assert "no inventory given; name it as the first argument or with -i INVENTORY" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("command", "module"), [(["provision"], "pycli.cli_provision"), (["fetch"], "pycli.cli_cache")])
+def test_playbook_commands_read_the_inventory_once_as_argument_or_dash_i(command, module, tmp_path, monkeypatch):
+    inventory = tmp_path / "a.ini"
+    inventory.write_text(INVENTORY)
+    given = []
+    monkeypatch.setattr(f"{module}.provision", lambda cluster, request: given.append((cluster, request)) or 0)
+    assert main([*command, str(inventory), "-l", "n1"]) == 0
+    assert main([*command, "-i", str(inventory), "-l", "n1"]) == 0
+    (by_argument, request), (by_option, same_request) = given
+    assert by_argument == by_option and [h.name for h in by_argument.hosts] == ["n1", "n2"]
+    assert by_argument.inventory_path == by_option.inventory_path == inventory
+    assert request == same_request and request.limit == "n1"
+
+
+def test_an_inventory_first_among_train_s_and_bench_s_arguments(tmp_path, monkeypatch):
+    from pycli.cli_options import leading_inventory
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cluster.ini").write_text(INVENTORY)
+    (tmp_path / "mnist").write_text("")  # a file named like a built-in workload is still the workload
+    (tmp_path / "train.py").write_text("")
+    assert leading_inventory(["cluster.ini", "synthetic", "--epochs", "2"]) == (Path("cluster.ini"), ["synthetic", "--epochs", "2"])
+    assert leading_inventory(["mnist", "--epochs", "2"], ["mnist"]) == (None, ["mnist", "--epochs", "2"])
+    assert leading_inventory(["train.py"]) == (None, ["train.py"])
+    assert leading_inventory(["missing.ini"]) == (None, ["missing.ini"])
+    assert leading_inventory(["--epochs", "cluster.ini"]) == (None, ["--epochs", "cluster.ini"])
+    assert leading_inventory([]) == (None, [])

@@ -10,17 +10,17 @@ import pytest
 from pycli import containers
 from pycli.cluster_model import Cluster, Host
 from pycli.errors import BadInput
-from pycli.train import NodeLayout, launch_commands, plan_job
+from pycli.launch_lines import NodeLayout, launch_commands
+from pycli.train import JobRequest, plan_job
 
 HOSTS = (Host(name="n1", address="10.9.0.1", user="train", slots=2), Host(name="n2", address="10.9.0.2", user="train", slots=2))
 
 
-def job(launcher=None, workload="mnist", options=(), port=containers.DEFAULT_SSH_PORT, **kw):
+def job(launcher=None, workload="mnist", options=(), port=containers.DEFAULT_JOB_SSH_PORT, **kw):
     container = containers.parse_job_container("horovod/horovod:0.28.1", port, options, HOSTS)
-    return plan_job(
-        Cluster(hosts=HOSTS, launcher="n1"), np=4, workload=workload, launcher=launcher, backend=kw.pop("backend", "gloo"),
-        script_args=[], layout=NodeLayout(), job_id="j1", data_dir=Path("/tmp"), container=container, **kw,
-    )
+    request = JobRequest(np=4, workload=workload, launcher=launcher, controller=kw.pop("controller", "gloo"),
+                         data_dir=Path("/tmp"), container=container, **kw)
+    return plan_job(Cluster(hosts=HOSTS, launcher="n1"), request, layout=NodeLayout(), job_id="j1")
 
 
 def docker_exec(line):

@@ -2,8 +2,9 @@
 
 import pytest
 
-from pycli.errors import BadInput
-from pycli.provision import EXIT_INTERRUPTED, ProvisionView, build_request, exit_code, parse_extra_vars
+from pycli.errors import EXIT_INTERRUPTED, BadInput
+from pycli.cluster_model import Cluster, Host
+from pycli.provision import ProvisionRequest, ProvisionView, build_request, exit_code, parse_extra_vars
 
 
 def test_extra_vars_keep_yaml_types_and_read_files(tmp_path):
@@ -29,9 +30,15 @@ def test_extra_vars_file_must_hold_a_mapping(tmp_path):
         parse_extra_vars([f"@{extra}"])
 
 
+def read_from(inventory):
+    return Cluster(hosts=(Host("node1", "10.0.0.1"),), launcher="node1", inventory=inventory)
+
+
 def test_request_is_site_yml_with_the_options_given(tmp_path):
-    request = build_request(tmp_path / "hosts.ini", limit="node1", tags="openmpi", check=True, extra_vars=["x=2"], forks=5)
+    asked = ProvisionRequest(limit="node1", tags="openmpi", check=True, extra_vars=("x=2",), forks=5)
+    request = build_request(read_from(tmp_path / "hosts.ini"), asked)
     assert request.playbook.name == "site.yml" and request.module is None
+    assert request.inventory == tmp_path / "hosts.ini"
     kwargs = request.runner_kwargs(tmp_path / "run")
     assert kwargs["limit"] == "node1" and kwargs["forks"] == 5 and kwargs["extravars"] == {"x": 2}
     assert kwargs["cmdline"] == "--check --tags openmpi"
@@ -39,9 +46,14 @@ def test_request_is_site_yml_with_the_options_given(tmp_path):
 
 def test_request_refuses_zero_forks_and_missing_playbooks(tmp_path):
     with pytest.raises(BadInput, match="--forks"):
-        build_request(tmp_path / "hosts.ini", forks=0)
+        build_request(read_from(tmp_path / "hosts.ini"), ProvisionRequest(forks=0))
     with pytest.raises(BadInput, match="does not exist"):
-        build_request(tmp_path / "hosts.ini", playbook=tmp_path / "nope.yml")
+        build_request(read_from(tmp_path / "hosts.ini"), ProvisionRequest(playbook=tmp_path / "nope.yml"))
+
+
+def test_offline_tells_the_roles_to_download_nothing(tmp_path):
+    request = build_request(read_from(tmp_path / "hosts.ini"), ProvisionRequest(offline=True, extra_vars=("x=2",)))
+    assert request.extravars == {"x": 2, "pycli_offline": True}
 
 
 class Clock:

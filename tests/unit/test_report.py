@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from pycli.bench import (
-    AllreduceRun, BenchRequest, Cell, Measurement, Placement, RunResult, Skipped, TcpLink, results_document, summarize,
-)
-from pycli.check import HorovodBuild, NodeFacts
+from pycli.bench_plan import BenchRequest, Cell, Placement, Skipped
+from pycli.bench_results import AllreduceRun, results_document
+from pycli.bench_stats import Measurement, CellRun, summarize
+from pycli.iperf import TcpLink
+from pycli.node_facts import HorovodBuild, NodeFacts
 from pycli.report import environment_rows, format_value, render_markdown, scaling_rows, skipped_lines, write_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "workloads"))
@@ -30,7 +31,7 @@ def node(name, **changes) -> NodeFacts:
 
 
 def _run(cell, repeat, throughput):
-    return RunResult(cell, repeat, 0, Path(f"/runs/{cell.key}-r{repeat}"), 12.0,
+    return CellRun(cell, repeat, 0, Path(f"/runs/{cell.key}-r{repeat}"), 12.0,
                      Measurement(0.02, throughput, None, None, 300.0, None, None))
 
 
@@ -40,7 +41,7 @@ def document(tmp_path, tcp=None, nodes=None, runs=None):
     if runs is None:
         rates = {"1x1": 100.0, "1x2": 170.0, "2x1": 150.0}
         runs = [_run(cell, repeat, rates[str(cell.placement)] + repeat) for cell in cells for repeat in (1, 2)]
-        runs.append(RunResult(cells[-1], 3, 1, Path("/runs/horovod-gloo-2x1-r3"), 3.0, None, "exit 1: Connection reset"))
+        runs.append(CellRun(cells[-1], 3, 1, Path("/runs/horovod-gloo-2x1-r3"), 3.0, None, "exit 1: Connection reset"))
     nccl = [Skipped(Cell("horovod", "nccl", place), "NCCL needs a GPU per process (1 per server): node1 has no GPUs")
             for place in (Placement(1, 1), Placement(2, 1))]
     sizes = [{"workload": "allreduce", "comm": "horovod", "backend": "gloo", "device": "cpu", "ranks": 2, "hosts": 2,
@@ -124,7 +125,7 @@ def test_a_difference_between_nodes_shows_in_the_environment():
 
 
 def node_document(facts):
-    from pycli.bench import facts_document
+    from pycli.bench_results import facts_document
 
     return facts_document(facts)
 

@@ -7,7 +7,9 @@ import pytest
 
 from pycli.cluster_model import Cluster, Host
 from pycli.errors import BadInput
-from pycli.train import NodeLayout, launch_commands, plan_job, remote_data_dir, ssh_argv, stage_items, workload_args
+from pycli.launch_lines import NodeLayout, launch_commands, remote_data_dir, workload_args
+from pycli.nodes import ssh_argv
+from pycli.train import JobRequest, plan_job, stage_items
 
 LAYOUT = NodeLayout()
 
@@ -18,10 +20,9 @@ def cluster(slots=(2, 2), launcher=None, user="root"):
 
 
 def plan(c=None, **kw):
-    args = dict(np=4, workload="mnist", launcher=None, backend="gloo", script_args=[], layout=LAYOUT, job_id="j1",
-                data_dir=Path("/tmp"))
+    args = dict(np=4, workload="mnist", launcher=None, controller="gloo", script_args=(), data_dir=Path("/tmp"))
     args.update(kw)
-    return plan_job(c or cluster(), **args)
+    return plan_job(c or cluster(), JobRequest(**args), layout=LAYOUT, job_id="j1")
 
 
 def only_line(p):
@@ -30,14 +31,14 @@ def only_line(p):
 
 
 def test_horovodrun_gets_the_filled_hosts_and_the_controller():
-    p = plan(np=3, backend="gloo")
+    p = plan(np=3, controller="gloo")
     host, argv = only_line(p)
     assert host.name == "n1" and argv[argv.index("-H") + 1] == "10.9.0.1:2,10.9.0.2:1"
     assert argv[2:4] == ["/opt/pycli/venv/bin/horovodrun", "-np"] or argv[argv.index("-np") + 1] == "3"
     assert "--gloo" in argv and "--mpi" not in argv
     assert argv[argv.index("--data-dir") + 1] == str(remote_data_dir(LAYOUT, Path("/tmp")))
     assert argv[argv.index("--metrics") + 1] == "/srv/pycli/jobs/j1/metrics.jsonl"
-    _, mpi_argv = only_line(plan(backend="mpi"))
+    _, mpi_argv = only_line(plan(controller="mpi"))
     assert "--mpi" in mpi_argv
 
 
@@ -68,7 +69,7 @@ def test_the_launcher_node_comes_first_and_runs_rank_0():
 
 
 def test_user_arguments_come_after_pycli_s_and_resume_is_staged():
-    p = plan(script_args=["--epochs", "7"], resume=Path(__file__))
+    p = plan(script_args=("--epochs", "7"), resume=Path(__file__))
     args = workload_args(p)
     assert args[-2:] == ["--epochs", "7"]
     assert args[args.index("--resume") + 1] == "/srv/pycli/jobs/j1/resume.pt"
@@ -87,7 +88,7 @@ def test_synthetic_under_torchrun_uses_ddp_and_needs_no_data():
         ({"workload": "resnet"}, "unknown workload 'resnet'"),
         ({"workload": "missing/train.py"}, "does not exist"),
         ({"launcher": "srun"}, "unknown --launcher"),
-        ({"backend": "nccl2"}, "unknown --backend"),
+        ({"controller": "nccl2"}, "unknown --controller"),
         ({"workload": "mnist", "launcher": "torchrun"}, "use the ddp workload"),
         ({"workload": "ddp", "launcher": "horovod"}, "runs under torchrun"),
         ({"data_dir": Path("/nonexistent")}, "is not a folder"),
@@ -123,3 +124,25 @@ def test_staged_sources_are_absolute_even_when_given_relative(tmp_path, monkeypa
     items = stage_items(p, Path("container"))
     assert [i["src"] for i in items] == [str(tmp_path / "jobs" / "train.py"), f"{tmp_path / 'data'}/", f"{tmp_path / 'container'}/"]
     assert items[0]["dest"] == "/srv/pycli/jobs/j1/workloads/" and items[2]["dest"] == "/srv/pycli/jobs/j1/container/"
+
+
+def test_the_network_interface_comes_from_the_request_else_the_inventory():
+    with_nic = Cluster(hosts=cluster().hosts, launcher="n1", settings={"pycli_network_interface": "ens5"})
+    assert plan(c=with_nic).network_interface == "ens5"
+    assert plan(c=with_nic, network_interface="eth1").network_interface == "eth1"
+    assert plan().network_interface is None
+
+
+def test_a_request_is_plain_frozen_data_with_the_defaults_train_uses():
+    request = JobRequest(np=2)
+    assert (request.workload, request.launcher, request.controller, request.script_args) == ("mnist", None, "gloo", ())
+    assert request.network_interface is request.data_dir is request.resume is request.container is None
+    with pytest.raises(AttributeError):
+        request.np = 3  # type: ignore[misc]
+
+
+def test_a_job_needs_a_cluster_read_from_an_inventory(tmp_path):
+    from pycli.train import run_job
+
+    with pytest.raises(ValueError, match="not read from an inventory"):
+        run_job(cluster(), JobRequest(np=2, workload="synthetic"), run_dir=tmp_path, write=lambda line: None)

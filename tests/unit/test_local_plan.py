@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from pycli.errors import BadInput
-from pycli.local_cluster import (
+from pycli.local_plan import (
     DEFAULT_SLOTS,
     INVENTORY_MARKER,
     SUBNET_POOL,

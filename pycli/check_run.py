@@ -1,0 +1,87 @@
+"""`pycli check`: run the gates in order, show each result, write check.json."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from pycli.check import FAIL, GATES, NOT_RUN, PASS, SKIP, CheckContext, CheckOptions, Gate, GateResult
+from pycli.cluster_model import Cluster
+from pycli.errors import EXIT_OK
+from pycli.paths import new_run_dir
+
+
+def run_gates(
+    gates: Sequence[Gate], ctx: CheckContext, on_result: Callable[[GateResult], None] = lambda result: None
+) -> list[GateResult]:
+    """Each gate in order, timed; after the first failure the rest are `not run`."""
+    results: list[GateResult] = []
+    stopped = False
+    for gate in gates:
+        if stopped:
+            result = GateResult(gate.name, NOT_RUN)
+        else:
+            began = time.monotonic()
+            result = replace(gate.run(ctx), name=gate.name, seconds=time.monotonic() - began)
+            stopped = result.stops
+        results.append(result)
+        on_result(result)
+    return results
+
+
+def exit_code(results: Sequence[GateResult]) -> int:
+    failure = next((result for result in results if result.status == FAIL), None)
+    return EXIT_OK if failure is None else failure.exit_code
+
+
+def result_line(index: int, result: GateResult) -> str:
+    """One gate as the user reads it; a failure's message on the next line."""
+    label = {PASS: "PASS", FAIL: "FAIL", SKIP: "SKIP", NOT_RUN: "----"}[result.status]
+    timing = f" ({result.seconds:.1f} s)" if result.status in (PASS, FAIL) else ""
+    line = f"{label} {index:>2} {result.name:<15} {result.figure or ('not run' if result.status == NOT_RUN else '')}{timing}"
+    if result.status == FAIL:
+        line += f"\n        {result.message}"
+    return line.rstrip()
+
+
+def report_json(inventory: Path, run_dir: Path, results: Sequence[GateResult]) -> dict:
+    failure = next((result.name for result in results if result.status == FAIL), None)
+    return {
+        "inventory": str(inventory),
+        "run_dir": str(run_dir),
+        "passed": failure is None,
+        "failed_gate": failure,
+        "exit_code": exit_code(results),
+        "gates": [{**{key: value for key, value in asdict(result).items() if key != "exit_code"}, "seconds": round(result.seconds, 2)}
+                  for result in results],
+    }
+
+
+def check(cluster: Cluster, options: CheckOptions, *, as_json: bool = False, write: Callable[[str], None] = print) -> int:
+    """Run every gate against the cluster's nodes; the exit code is 0 only when all pass."""
+    inventory = cluster.inventory_path
+    run_dir = new_run_dir("check")
+    ctx = CheckContext(cluster=cluster, run_dir=run_dir, options=options)
+    if not as_json:
+        write(f"pycli: checking {len(cluster.hosts)} nodes of {inventory}; run folder {run_dir}")
+    counter = iter(range(1, len(GATES) + 1))
+
+    def show(result: GateResult) -> None:
+        index = next(counter)
+        if not as_json:
+            write(result_line(index, result))
+
+    results = run_gates(GATES, ctx, on_result=show)
+    summary = report_json(inventory, run_dir, results)
+    (run_dir / "check.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if as_json:
+        write(json.dumps(summary, indent=2))
+    elif summary["passed"]:
+        write(f"pycli: all {sum(r.status == PASS for r in results)} gates passed"
+              f"{'' if all(r.status == PASS for r in results) else ' (the others do not apply here)'}")
+    else:
+        write(f"pycli: check failed at gate '{summary['failed_gate']}'; details in {run_dir}")
+    return summary["exit_code"]

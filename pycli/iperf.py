@@ -1,0 +1,74 @@
+"""Raw TCP throughput between two servers (iperf3), beside the allreduce figures of `pycli bench`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from pycli.cluster_model import Cluster
+from pycli.node_facts import NodeFacts
+from pycli.nodes import run_on_nodes
+
+IPERF3_PORT = 5201
+
+
+@dataclass(frozen=True)
+class TcpLink:
+    client: str
+    server: str
+    gbit_per_s: float | None  # None: not measured, `note` says why
+    seconds: int = 0
+    note: str = ""
+
+
+def parse_iperf3(output: str) -> float:
+    """Received bits per second from `iperf3 -J` output; ValueError with iperf3's own error."""
+    start = output.find("{")
+    if start < 0:
+        raise ValueError(output.strip().splitlines()[-1] if output.strip() else "iperf3 printed nothing")
+    data = json.loads(output[start:])
+    if data.get("error"):
+        raise ValueError(str(data["error"]))
+    return float(data["end"]["sum_received"]["bits_per_second"])
+
+
+def tcp_commands(server_address: str, seconds: int, pidfile: str) -> tuple[str, str, str]:
+    """(start the one-shot server, run the client with retries, stop a server left waiting)."""
+    server = shlex.join(["iperf3", "-s", "-1", "-D", "-p", str(IPERF3_PORT), "-I", pidfile])
+    client_argv = shlex.join(["iperf3", "-c", server_address, "-p", str(IPERF3_PORT), "-t", str(seconds), "-J"])
+    client = (f"for attempt in 1 2 3 4 5; do out=$({client_argv} 2>&1) && break; sleep 1; done; "
+              'printf "%s\\n" "$out"')
+    stop = f'if [ -f {shlex.quote(pidfile)} ]; then kill "$(cat {shlex.quote(pidfile)})" 2>/dev/null; rm -f {shlex.quote(pidfile)}; fi; true'
+    return server, client, stop
+
+
+def measure_tcp(cluster: Cluster, facts: Mapping[str, NodeFacts], run_dir: Path, seconds: int) -> TcpLink:
+    """iperf3 from the first server to the second; a note instead of a number when it cannot run."""
+    hosts = cluster.hosts
+    if len(hosts) < 2:
+        return TcpLink(hosts[0].name, "", None, note="one server: there is no network link between servers to measure")
+    client, server = hosts[0], hosts[1]
+    missing = [h.name for h in (client, server) if not facts[h.name].iperf3]
+    if missing:
+        return TcpLink(client.name, server.name, None,
+                       note=f"raw TCP not measured: iperf3 is not installed on {', '.join(missing)}")
+    pidfile = f"/tmp/pycli-bench-iperf3-{os.getpid()}.pid"
+    start, measure, stop = tcp_commands(server.address, seconds, pidfile)
+    folder = run_dir / "iperf3"
+    try:
+        started = run_on_nodes(cluster, [server.name], folder / "server", start)[server.name]
+        if not started.ok:
+            return TcpLink(client.name, server.name, None, note=f"raw TCP not measured: iperf3 -s on {server.name}: {started.why()}")
+        answer = run_on_nodes(cluster, [client.name], folder / "client", measure)[client.name]
+    finally:
+        run_on_nodes(cluster, [server.name], folder / "stop", stop)
+    (folder / "client.json").write_text(answer.stdout)
+    try:
+        bits = parse_iperf3(answer.stdout)
+    except (ValueError, KeyError, json.JSONDecodeError) as exc:
+        return TcpLink(client.name, server.name, None, note=f"raw TCP not measured: iperf3 -c failed: {exc}")
+    return TcpLink(client.name, server.name, bits / 1e9, seconds)

@@ -1,0 +1,199 @@
+"""The one place that builds launcher command lines: horovodrun, mpirun and torchrun.
+
+A `JobPlan` says what runs where; from it come the command line of each launcher and the
+shell line each node runs (in the job's folder, the shared venv first on PATH, or inside
+the job's container). Pure: nothing here touches a node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from pycli import containers
+from pycli.cluster_model import DEFAULT_SSH_PORT, Host
+from pycli.containers import JobContainer
+from pycli.hostfiles import render_hostfile
+from pycli.paths import PROJECT_ROOT
+
+# horovodrun's controllers (--gloo, --mpi): how its ranks find each other and coordinate.
+# Not the collective library that moves the tensors (`pycli bench --backends`).
+HOROVOD_CONTROLLERS = ("gloo", "mpi")
+# How a job starts: horovodrun, mpirun (Horovod's MPI controller) or torchrun (one per node).
+LAUNCHERS = ("horovod", "mpirun", "torchrun")
+WORKLOADS_DIR = PROJECT_ROOT / "workloads"
+ALLREDUCE_SCRIPT = WORKLOADS_DIR / "allreduce.py"  # the allreduce of check's gate and bench's microbenchmark
+TORCHRUN_PORT = 29400
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    """Where the roles put things on every node (role defaults, overridable in the inventory)."""
+
+    venv: PurePosixPath = PurePosixPath("/opt/pycli/venv")
+    work_dir: PurePosixPath = PurePosixPath("/srv/pycli")
+
+    @property
+    def python(self) -> str:
+        return str(self.venv / "bin" / "python")
+
+    def tool(self, name: str) -> str:
+        return str(self.venv / "bin" / name)
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """A job decided down to its hosts and paths (pycli.train.plan_job makes it from a JobRequest)."""
+
+    job_id: str
+    launcher: str  # one of LAUNCHERS
+    controller: str  # one of HOROVOD_CONTROLLERS (what horovodrun is told; mpirun always uses MPI)
+    np: int
+    hosts: tuple[Host, ...]
+    script: Path  # on the controller
+    script_args: tuple[str, ...]
+    layout: NodeLayout
+    network_interface: str | None = None
+    data_dir: Path | None = None  # on the controller
+    resume: Path | None = None  # on the controller
+    container: JobContainer | None = None  # --docker: every rank inside the job's containers
+
+    @property
+    def job_dir(self) -> PurePosixPath:
+        return self.layout.work_dir / "jobs" / self.job_id
+
+    @property
+    def python(self) -> str:
+        # In a container, the image's own interpreter and tools, found on its PATH.
+        return "python3" if self.container else self.layout.python
+
+    def tool(self, name: str) -> str:
+        return name if self.container else self.layout.tool(name)
+
+    @property
+    def ssh_ports(self) -> set[int]:
+        """The ports horovodrun and mpirun reach the job's hosts on (the containers' sshd)."""
+        return {self.container.ssh_port} if self.container else {h.port for h in self.hosts}
+
+    @property
+    def remote_script(self) -> PurePosixPath:
+        return self.job_dir / "workloads" / self.script.name
+
+    @property
+    def rank0(self) -> Host:
+        return self.hosts[0]
+
+
+def remote_data_dir(layout: NodeLayout, data_dir: Path) -> PurePosixPath:
+    """Data is staged once per content name, outside the job, so later jobs reuse it."""
+    digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:8]
+    return layout.work_dir / "data" / f"{data_dir.name}-{digest}"
+
+
+def workload_args(plan: JobPlan) -> list[str]:
+    """The arguments pycli adds for its own workloads: data, checkpoint, metrics, resume."""
+    args: list[str] = []
+    name = plan.script.name
+    if plan.script.parent == WORKLOADS_DIR and name in ("mnist.py", "ddp.py"):
+        args += ["--checkpoint", str(plan.job_dir / "checkpoints" / "last.pt"), "--metrics", str(plan.job_dir / "metrics.jsonl")]
+        if plan.resume is not None:
+            args += ["--resume", str(plan.job_dir / "resume.pt")]
+    if plan.script.parent == WORKLOADS_DIR and name == "synthetic.py":
+        args += ["--metrics", str(plan.job_dir / "metrics.jsonl")]
+        if plan.launcher == "torchrun":
+            args += ["--comm", "ddp"]
+    if plan.data_dir is not None:
+        args += ["--data-dir", str(remote_data_dir(plan.layout, plan.data_dir))]
+    return args + list(plan.script_args)
+
+
+def _program(plan: JobPlan) -> list[str]:
+    return [plan.python, "-u", str(plan.remote_script), *workload_args(plan)]
+
+
+def ssh_port_option(ports: set[int]) -> int | None:
+    """The SSH port a launcher must be told (it takes one for all hosts); None for the default."""
+    return None if ports == {DEFAULT_SSH_PORT} else min(ports)
+
+
+def horovodrun_argv(plan: JobPlan) -> list[str]:
+    argv = [plan.tool("horovodrun"), "-np", str(plan.np), "-H", render_hostfile(plan.hosts, "horovod").strip()]
+    argv.append("--gloo" if plan.controller == "gloo" else "--mpi")
+    if (port := ssh_port_option(plan.ssh_ports)) is not None:
+        argv += ["-p", str(port)]
+    # horovodrun looks the interface up on every host it talks to; with one host that is
+    # 127.0.0.1, which has no such interface, and the job fails.
+    if plan.network_interface and len(plan.hosts) > 1:
+        argv += ["--network-interface", plan.network_interface]
+    return argv + _program(plan)
+
+
+# Open MPI as pycli runs it, for jobs and for `pycli check`'s mpirun gate alike: no binding
+# (each rank sets its own threads), slots filled in host order, TCP with the openib BTL off
+# (it probes InfiniBand hardware and warns or hangs where there is none).
+MPIRUN_FLAGS = ("-bind-to", "none", "-map-by", "slot", "-mca", "pml", "ob1", "-mca", "btl", "^openib")
+# What every rank gets from the launching shell (-x): the venv's tools and unbuffered output.
+MPIRUN_ENV = ("PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED=1")
+
+
+def mpirun_argv(
+    mpirun: str, hosts: Sequence[Host], *, np: int, user: str, ssh_ports: set[int], network_interface: str | None,
+    tag_output: bool = True,
+) -> list[str]:
+    """mpirun over `hosts` (each with its slots), with every flag pycli runs Open MPI with; the program follows.
+
+    `tag_output` prefixes each line with its rank, as a job's output wants; a caller that
+    compares the lines themselves leaves it off."""
+    argv = [mpirun, "-np", str(np), "-H", render_hostfile(hosts, "horovod").strip(), *MPIRUN_FLAGS]
+    if tag_output:
+        argv.append("--tag-output")
+    for variable in MPIRUN_ENV:
+        argv += ["-x", variable]
+    if user == "root":
+        argv.append("--allow-run-as-root")
+    if (port := ssh_port_option(ssh_ports)) is not None:
+        argv += ["-mca", "plm_rsh_args", f"-p {port}"]
+    if network_interface:
+        argv += ["-mca", "btl_tcp_if_include", network_interface, "-mca", "oob_tcp_if_include", network_interface,
+                 "-x", f"NCCL_SOCKET_IFNAME={network_interface}", "-x", f"GLOO_SOCKET_IFNAME={network_interface}"]
+    return argv
+
+
+def job_mpirun_argv(plan: JobPlan, user: str) -> list[str]:
+    """The job under mpirun: Horovod with its MPI controller, the ranks started by Open MPI."""
+    launch = mpirun_argv("mpirun", plan.hosts, np=plan.np, user=user, ssh_ports=plan.ssh_ports,
+                         network_interface=plan.network_interface)
+    return launch + _program(plan)
+
+
+def torchrun_argv(plan: JobPlan, node_rank: int) -> list[str]:
+    host = plan.hosts[node_rank]
+    return [plan.tool("torchrun"), "--nnodes", str(len(plan.hosts)), "--nproc-per-node", str(host.slots),
+            "--node-rank", str(node_rank), "--master-addr", plan.rank0.address, "--master-port", str(TORCHRUN_PORT),
+            str(plan.remote_script), *workload_args(plan)]
+
+
+def remote_shell(plan: JobPlan, argv: Sequence[str]) -> str:
+    """The shell line run on a node: the job's folder, the shared venv first on PATH.
+
+    With --docker, the same command inside the node's job container, on the image's PATH."""
+    env = ["PYTHONUNBUFFERED=1"]
+    if plan.network_interface:
+        env += [f"GLOO_SOCKET_IFNAME={plan.network_interface}", f"NCCL_SOCKET_IFNAME={plan.network_interface}"]
+    if plan.container:
+        return containers.exec_line(plan.container, plan.job_id, plan.job_dir, env, argv)
+    env.insert(0, f"PATH={plan.layout.venv / 'bin'}:$PATH")
+    return f"cd {shlex.quote(str(plan.job_dir))} && exec env {' '.join(env)} {shlex.join(argv)}"
+
+
+def launch_commands(plan: JobPlan) -> list[tuple[Host, str]]:
+    """(host, shell line) for every process pycli starts over SSH: one launcher, or one per node."""
+    if plan.launcher == "torchrun":
+        return [(host, remote_shell(plan, torchrun_argv(plan, i))) for i, host in enumerate(plan.hosts)]
+    if plan.launcher == "mpirun":
+        user = "root" if plan.container else plan.rank0.login_user  # job containers run as root
+        return [(plan.rank0, remote_shell(plan, job_mpirun_argv(plan, user)))]
+    return [(plan.rank0, remote_shell(plan, horovodrun_argv(plan)))]

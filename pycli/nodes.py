@@ -1,0 +1,153 @@
+"""The one place that touches nodes outside playbooks.
+
+Two ways in, both with the inventory's own connection settings and host keys checked:
+ad-hoc commands through the one runner adapter (`run_on_nodes`, every host answers with a
+`NodeOutput`), and OpenSSH itself (`ssh_argv`) for what must not go through Ansible: a new
+login each time (`ssh_probe`) and a job's processes, their output streamed (`RemoteProcess`).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pycli import runner
+from pycli.cluster_model import Cluster, Host
+
+SSH_TIMEOUT_S = 10
+
+
+@dataclass(frozen=True)
+class NodeOutput:
+    """What one node answered to one command; rc None when Ansible could not reach it."""
+
+    host: str
+    rc: int | None
+    stdout: str = ""
+    stderr: str = ""
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    def why(self) -> str:
+        """The most telling line of a failure."""
+        for text in (self.stderr, self.message, self.stdout):
+            lines = [line.strip() for line in text.splitlines() if line.strip()]
+            if lines:
+                return lines[-1]
+        return f"exit {self.rc}" if self.rc is not None else "no answer"
+
+
+_EVENT_OUTCOMES = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable")
+
+
+def node_output_from_event(event: Mapping[str, object]) -> NodeOutput | None:
+    """One ansible-runner host event as a NodeOutput (None for every other event)."""
+    if event.get("event") not in _EVENT_OUTCOMES:
+        return None
+    data = event.get("event_data") or {}
+    res = data.get("res") or {}
+    host = str(data.get("host"))
+    if event["event"] == "runner_on_unreachable":
+        return NodeOutput(host, None, message=str(res.get("msg", "unreachable")))
+    rc = res.get("rc")
+    if rc is None:
+        rc = 1 if event["event"] == "runner_on_failed" else 0
+    return NodeOutput(host, int(rc), str(res.get("stdout", "")), str(res.get("stderr", "")), str(res.get("msg", "")))
+
+
+def run_on_nodes(
+    cluster: Cluster, hosts: Sequence[str], run_dir: Path, command: str | None = None, *, module: str = "ansible.builtin.shell"
+) -> dict[str, NodeOutput]:
+    """Run a bash `command` (or a module without arguments, e.g. ping) on `hosts`; every host answers."""
+    args = ""
+    if command is not None:
+        if any(marker in command for marker in ("{{", "{%", "{#")):
+            raise ValueError("Ansible would template this command; it must not hold Jinja markers")
+        args = json.dumps({"cmd": command, "executable": "/bin/bash"})
+    request = runner.RunRequest(inventory=cluster.inventory_path, pattern=",".join(hosts), module=module, module_args=args)
+    answers: dict[str, NodeOutput] = {}
+
+    def on_event(event: Mapping[str, object]) -> None:
+        if (output := node_output_from_event(event)) is not None:
+            answers[output.host] = output
+
+    runner.run(request, run_dir, on_event=on_event)
+    return {host: answers.get(host, NodeOutput(host, None, message="Ansible reported nothing for it")) for host in hosts}
+
+
+def ssh_argv(host: Host, command: str) -> list[str]:
+    """OpenSSH with the host's inventory settings; host keys checked as Ansible checks them."""
+    return ["ssh", "-tt", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "LogLevel=ERROR",
+            "-p", str(host.port), *host.ssh_options, f"{host.login_user}@{host.address}", command]
+
+
+def ssh_probe(hosts: Sequence[Host], command: str = "true") -> dict[str, NodeOutput]:
+    """A new SSH login to every host at once, with the inventory's settings and host keys checked.
+
+    OpenSSH directly rather than Ansible: Ansible keeps connections open (ControlPersist),
+    and a kept connection outlives a stopped sshd, which is exactly what this must see.
+    """
+    started = {}
+    for host in hosts:
+        argv = ssh_argv(host, command)
+        argv[1:1] = ["-o", f"ConnectTimeout={SSH_TIMEOUT_S}"]
+        started[host.name] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE, text=True)
+    answers = {}
+    for name, proc in started.items():
+        try:
+            out, err = proc.communicate(timeout=3 * SSH_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            err += f"\nno answer within {3 * SSH_TIMEOUT_S} s"
+        answers[name] = NodeOutput(name, proc.returncode, out.replace("\r", ""), err.replace("\r", ""))
+    return answers
+
+
+class RemoteProcess:
+    """One command on one node over `ssh -tt`, its output streamed with a prefix.
+
+    A pseudo-terminal on the far side means an interrupt byte reaches the remote process
+    as SIGINT, exactly as Ctrl-C would in an interactive session.
+    """
+
+    def __init__(self, ssh_argv: Sequence[str], prefix: str, write: Callable[[str], None]) -> None:
+        self.prefix = prefix
+        self.write = write
+        self.proc = subprocess.Popen(
+            list(ssh_argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True,  # our Ctrl-C is forwarded, not delivered to ssh directly
+        )
+        self.reader = threading.Thread(target=self._pump, daemon=True)
+        self.reader.start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in iter(self.proc.stdout.readline, b""):
+            line = raw.decode(errors="replace").rstrip("\r\n").replace("\r", "")
+            self.write(f"{self.prefix}{line}" if self.prefix else line)
+
+    def interrupt(self) -> None:
+        if self.proc.poll() is None and self.proc.stdin:
+            try:
+                self.proc.stdin.write(b"\x03")
+                self.proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                pass
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self.proc.wait(timeout)
+        self.reader.join(5)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
