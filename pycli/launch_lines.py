@@ -8,6 +8,7 @@ the job's container). Pure: nothing here touches a node.
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from pycli import containers
 from pycli.cluster_model import DEFAULT_SSH_PORT, Host
 from pycli.containers import JobContainer
+from pycli.errors import BadInput
 from pycli.hostfiles import render_hostfile
 from pycli.paths import PROJECT_ROOT
 
@@ -187,6 +189,32 @@ def remote_shell(plan: JobPlan, argv: Sequence[str]) -> str:
         return containers.exec_line(plan.container, plan.job_id, plan.job_dir, env, argv)
     env.insert(0, f"PATH={plan.layout.venv / 'bin'}:$PATH")
     return f"cd {shlex.quote(str(plan.job_dir))} && exec env {' '.join(env)} {shlex.join(argv)}"
+
+
+# How long the job's processes get to exit on SIGTERM before SIGKILL, in half-seconds.
+SWEEP_GRACE_TICKS = 10
+
+
+def job_process_pattern(job_dir: PurePosixPath) -> str:
+    """A pkill/pgrep pattern for the job's processes (their command lines name its folder) that
+    does not match the shell running it: `[/]srv/...` matches "/srv/..." but not itself."""
+    path = str(job_dir)
+    if not re.fullmatch(r"(/[A-Za-z0-9_.-]+)+", path):
+        raise BadInput(f"job folder {path!r} (common_work_dir): only letters, digits, '_', '.', '-' and '/' may name it")
+    return "[/]" + path[1:].replace(".", "[.]") + "([/ ]|$)"  # job 42's pattern does not match job 421
+
+
+def stray_sweep_line(job_dir: PurePosixPath) -> str:
+    """The shell line that leaves no process of the job on a node: SIGTERM, a grace period,
+    SIGKILL, then the survivors listed on stderr and exit 3 (pgrep lists zombies too: wait for them)."""
+    pattern = shlex.quote(job_process_pattern(job_dir))
+    return (
+        f"p={pattern}; pkill -TERM -f \"$p\"; i=0; "
+        f"while pgrep -f \"$p\" >/dev/null && [ $i -lt {SWEEP_GRACE_TICKS} ]; do sleep 0.5; i=$((i+1)); done; "
+        "pkill -KILL -f \"$p\"; i=0; "
+        "while pgrep -f \"$p\" >/dev/null && [ $i -lt 4 ]; do sleep 0.5; i=$((i+1)); done; "
+        "if pgrep -af \"$p\" >&2; then exit 3; fi"
+    )
 
 
 def launch_commands(plan: JobPlan) -> list[tuple[Host, str]]:

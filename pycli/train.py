@@ -27,7 +27,17 @@ from pycli.cluster_model import Cluster
 from pycli.containers import JobContainer
 from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, BadInput, PycliError, Unreachable
 from pycli.hostfiles import fill_slots, render_hostfile
-from pycli.launch_lines import HOROVOD_CONTROLLERS, LAUNCHERS, WORKLOADS_DIR, JobPlan, NodeLayout, launch_commands, remote_data_dir
+from pycli.launch_lines import (
+    HOROVOD_CONTROLLERS,
+    LAUNCHERS,
+    WORKLOADS_DIR,
+    JobPlan,
+    NodeLayout,
+    job_process_pattern,
+    launch_commands,
+    remote_data_dir,
+    stray_sweep_line,
+)
 from pycli.nodes import RemoteProcess, ssh_argv
 from pycli.paths import PROJECT_ROOT, cache_dir, new_run_dir
 
@@ -104,6 +114,7 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
                  *(h for h in hosts if h.name != launcher_host.name))
     if launcher == "horovod":
         render_hostfile(hosts, "horovod")  # refuses what horovodrun would misread
+    job_process_pattern(layout.work_dir / job_id)  # refuses a work folder a pattern cannot name
     return JobPlan(
         job_id=job_id, launcher=launcher, controller=request.controller, np=np, hosts=hosts, script=script,
         script_args=tuple(request.script_args), layout=layout,
@@ -179,13 +190,34 @@ def remove_containers(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
     runner.run(request, run_dir / "containers-removed")
 
 
-def stop_strays(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
-    """After the job, no process of it may be left on any node (their command lines name the job)."""
+def stop_strays(plan: JobPlan, inventory: Path, run_dir: Path) -> dict[str, str]:
+    """After the job, no process of it may be left on any node (their command lines name the job).
+
+    Returns what is left, by host: the survivors' `pid command` lines, or why the host could not be swept."""
+    left: dict[str, str] = {}
+
+    def on_event(event) -> None:
+        data = event.get("event_data") or {}
+        res = data.get("res") or {}
+        if event.get("event") == "runner_on_failed" and isinstance(res, dict):
+            left[str(data.get("host"))] = str(res.get("stderr") or res.get("msg") or "").strip()
+
     request = runner.RunRequest(
         inventory=inventory, pattern=",".join(h.name for h in plan.hosts), module="ansible.builtin.shell",
-        module_args=f"pkill -TERM -f {shlex.quote(str(plan.job_dir))}; sleep 1; pkill -KILL -f {shlex.quote(str(plan.job_dir))}; true",
+        module_args=stray_sweep_line(plan.job_dir),
     )
-    runner.run(request, run_dir / "cleanup")
+    result = runner.run(request, run_dir / "cleanup", on_event=on_event)
+    for host in result.unreachable:
+        left[host] = "unreachable, not checked"
+    return left
+
+
+def strays_line(left: dict[str, str]) -> str:
+    """What pycli says of the job's processes after it: none left, or which are left where."""
+    if not left:
+        return "no process of it is left on any node"
+    return "processes of it may be left: " + "; ".join(
+        f"{host}: {' | '.join(text.splitlines()) or 'not checked'}" for host, text in sorted(left.items()))
 
 
 def run_processes(plan: JobPlan, write: Callable[[str], None] = print) -> int:
@@ -317,12 +349,14 @@ def run_job(
     finally:
         if container is not None:
             remove_containers(plan, inventory, run_dir)
-        stop_strays(plan, inventory, run_dir)
+        left = stop_strays(plan, inventory, run_dir)
     took = time.monotonic() - started
     results = run_dir / "results"
     if code == EXIT_INTERRUPTED:
-        write(f"pycli: job interrupted after {took:.0f} s; no process of it is left on any node")
+        write(f"pycli: job interrupted after {took:.0f} s; {strays_line(left)}")
         return TrainOutcome(code, run_dir, results, (), plan)
+    if left:
+        write(f"pycli: {strays_line(left)}")
     collect(plan, inventory, run_dir)
     records = tuple(read_metrics(results))
     summary = summary_line(records)

@@ -1,10 +1,17 @@
 """The one place that builds launcher command lines: what every mpirun pycli runs has in common."""
 
+import os
 import shlex
+import subprocess
+import sys
+from pathlib import Path, PurePosixPath
+
+import pytest
 
 from pycli.check import mpirun_command
 from pycli.cluster_model import Host
-from pycli.launch_lines import MPIRUN_ENV, MPIRUN_FLAGS, mpirun_argv, ssh_port_option
+from pycli.errors import BadInput
+from pycli.launch_lines import MPIRUN_ENV, MPIRUN_FLAGS, job_process_pattern, mpirun_argv, ssh_port_option, stray_sweep_line
 
 HOSTS = (Host("n1", "10.9.0.1", slots=2), Host("n2", "10.9.0.2", slots=2))
 
@@ -45,3 +52,55 @@ def test_the_ssh_port_is_named_only_when_it_is_not_22():
     assert ssh_port_option({22}) is None and ssh_port_option({2222}) == 2222
     argv = mpirun_argv("mpirun", HOSTS, np=2, user="ml", ssh_ports={2222}, network_interface=None)
     assert ("-mca", "plm_rsh_args", "-p 2222") in _flag_pairs(argv) and "--allow-run-as-root" not in argv
+
+
+# --- the sweep after a job: no process of it left ---------------------------------------
+
+
+def _start_job_process(job_dir: Path, ignore_term: bool) -> subprocess.Popen:
+    code = "import signal, time\n" + ("signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" if ignore_term else "") + \
+        "print('up', flush=True)\ntime.sleep(120)\n"
+    proc = subprocess.Popen([sys.executable, "-c", code, str(job_dir / "workloads" / "x.py")], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up"  # its SIGTERM handler is in place
+    return proc
+
+
+@pytest.mark.parametrize("ignore_term", [False, True])
+def test_the_sweep_kills_what_ignores_sigterm_and_says_nothing_is_left(tmp_path, ignore_term):
+    job_dir = tmp_path / "jobs" / "20261124-010000-42"
+    proc = _start_job_process(job_dir, ignore_term)
+    bystander = _start_job_process(tmp_path / "jobs" / "20261124-010000-421", ignore_term=False)
+    try:
+        sweep = subprocess.run(["sh", "-c", stray_sweep_line(PurePosixPath(job_dir))], capture_output=True, text=True, timeout=30)
+        assert sweep.returncode == 0, sweep.stderr
+        assert proc.wait(timeout=5) is not None
+        assert bystander.poll() is None  # another job's folder is not this one's
+    finally:
+        for p in (proc, bystander):
+            p.kill()
+            p.wait()
+
+
+def test_the_sweep_names_a_survivor_and_fails(tmp_path, monkeypatch):
+    job_dir = tmp_path / "jobs" / "20261124-010000-43"
+    proc = _start_job_process(job_dir, ignore_term=True)
+    try:
+        # A pkill that cannot kill (as for a process of another user): the survivor is listed, exit 3.
+        fake = tmp_path / "bin"
+        fake.mkdir()
+        (fake / "pkill").write_text("#!/bin/sh\nexit 0\n")
+        (fake / "pkill").chmod(0o755)
+        line = stray_sweep_line(PurePosixPath(job_dir)).replace("i -lt 10", "i -lt 1")
+        env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+        sweep = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=30, env=env)
+        assert sweep.returncode == 3
+        assert f"{proc.pid} " in sweep.stderr and str(job_dir) in sweep.stderr
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_work_folder_a_pattern_cannot_name_is_refused():
+    with pytest.raises(BadInput, match="common_work_dir"):
+        job_process_pattern(PurePosixPath("/srv/my jobs/1"))
+    assert job_process_pattern(PurePosixPath("/srv/pycli/jobs/1.2")) == "[/]srv/pycli/jobs/1[.]2([/ ]|$)"
