@@ -8,7 +8,10 @@ event stream. Artifacts (events as JSON, stdout) stay in the run folder.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,6 +155,50 @@ def collect_host_event(hosts: dict[str, HostResult], event: Mapping[str, object]
         result.messages.append(_message(data))
 
 
+# How long Ansible gets to end its workers after SIGINT before ansible-runner SIGKILLs it.
+CANCEL_GRACE_S = 15
+
+
+def _ansible_children() -> list[int]:
+    """This process's children that run Ansible (ansible-runner starts one per run)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and b"ansible" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+class _Cancel:
+    """ansible-runner's cancel callback, made to stop a run as Ctrl-C stops ansible-playbook.
+
+    ansible-runner cancels by SIGKILL to Ansible's process group, but Ansible's workers run in
+    sessions of their own and would finish their tasks unseen. SIGINT first: Ansible ends its
+    workers and what they started; SIGKILL only after CANCEL_GRACE_S."""
+
+    def __init__(self, wanted: Callable[[], bool]) -> None:
+        self.wanted = wanted
+        self.since: float | None = None
+
+    def __call__(self) -> bool:
+        if self.since is None:
+            if not self.wanted():
+                return False
+            self.since = time.monotonic()
+            for pid in _ansible_children():
+                try:
+                    os.kill(pid, signal.SIGINT)
+                except ProcessLookupError:
+                    pass
+        return time.monotonic() - self.since > CANCEL_GRACE_S
+
+
 def run(
     request: RunRequest,
     run_dir: Path,
@@ -161,7 +208,8 @@ def run(
     """Run the request through ansible-runner and return what happened on each host.
 
     `cancel` is polled while Ansible runs; when it returns True the run is stopped
-    (status "canceled").
+    (status "canceled"). Without one, Ctrl-C stops the run the same way (Ansible and
+    what it started on the nodes' side end cleanly) and then raises KeyboardInterrupt.
     """
     import ansible_runner  # slow to import; only commands that run Ansible pay for it
 
@@ -174,5 +222,19 @@ def run(
             on_event(event)
         return True
 
-    outcome = ansible_runner.run(event_handler=handler, cancel_callback=cancel, **request.runner_kwargs(run_dir))
-    return RunResult(status=outcome.status, rc=outcome.rc, run_dir=run_dir, hosts=hosts)
+    interrupted = threading.Event()
+    own_sigint = cancel is None and threading.current_thread() is threading.main_thread()
+    if own_sigint:
+        previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+        cancel = interrupted.is_set
+    stop = _Cancel(cancel) if cancel is not None else None
+    try:
+        outcome = ansible_runner.run(event_handler=handler, cancel_callback=stop, **request.runner_kwargs(run_dir))
+    finally:
+        if own_sigint:
+            signal.signal(signal.SIGINT, previous)
+    if interrupted.is_set():
+        raise KeyboardInterrupt
+    # Ansible that ended by itself on SIGINT reports a failure: the run was still cancelled.
+    status = "canceled" if stop is not None and stop.since is not None else outcome.status
+    return RunResult(status=status, rc=outcome.rc, run_dir=run_dir, hosts=hosts)

@@ -1,0 +1,58 @@
+"""Ctrl-C while Ansible runs: the run stops cleanly (nothing it started is left) and the caller hears of it."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from pycli import runner
+
+
+def _local_inventory(tmp_path):
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    return inventory
+
+
+def _sleepers(marker: str) -> str:
+    return subprocess.run(["pgrep", "-af", f"[s]leep {marker}"], capture_output=True, text=True).stdout
+
+
+def test_ctrl_c_cancels_the_run_and_raises_keyboard_interrupt(tmp_path):
+    marker = "97.5"  # a sleep no other process runs
+    request = runner.RunRequest(inventory=_local_inventory(tmp_path), pattern="localhost",
+                                module="ansible.builtin.command", module_args=f"sleep {marker}")
+
+    def ctrl_c_once_it_sleeps():
+        deadline = time.monotonic() + 60
+        while not _sleepers(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=ctrl_c_once_it_sleeps, daemon=True).start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(request, tmp_path / "run")
+    assert time.monotonic() - started < 60
+    deadline = time.monotonic() + 10
+    while _sleepers(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _sleepers(marker)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # pytest's own handler is back
+
+
+def test_a_cancel_callback_stops_ansible_s_workers_too_and_the_run_says_canceled(tmp_path):
+    """As `pycli provision` cancels: Ansible's workers (sessions of their own) must not go on unseen."""
+    marker = "97.25"
+    request = runner.RunRequest(inventory=_local_inventory(tmp_path), pattern="localhost",
+                                module="ansible.builtin.command", module_args=f"sleep {marker}")
+    result = runner.run(request, tmp_path / "run", cancel=lambda: bool(_sleepers(marker)))
+    assert result.status == "canceled"
+    deadline = time.monotonic() + 10
+    while _sleepers(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _sleepers(marker)
