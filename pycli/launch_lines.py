@@ -28,6 +28,8 @@ HOROVOD_CONTROLLERS = ("gloo", "mpi")
 LAUNCHERS = ("horovod", "mpirun", "torchrun")
 WORKLOADS_DIR = PROJECT_ROOT / "workloads"
 ALLREDUCE_SCRIPT = WORKLOADS_DIR / "allreduce.py"  # the allreduce of check's gate and bench's microbenchmark
+# torchrun's rendezvous port when none was picked on the first node (plans shown, not run):
+# a job that runs asks its first node for a free port while it is staged.
 TORCHRUN_PORT = 29400
 
 
@@ -62,6 +64,7 @@ class JobPlan:
     data_dir: Path | None = None  # on the controller
     resume: Path | None = None  # on the controller
     container: JobContainer | None = None  # --docker: every rank inside the job's containers
+    rendezvous_port: int | None = None  # torchrun: a port found free on the first node while staging
 
     @property
     def job_dir(self) -> PurePosixPath:
@@ -173,9 +176,10 @@ def job_mpirun_argv(plan: JobPlan, user: str) -> list[str]:
 
 def torchrun_argv(plan: JobPlan, node_rank: int) -> list[str]:
     host = plan.hosts[node_rank]
+    port = plan.rendezvous_port or TORCHRUN_PORT
     return [plan.tool("torchrun"), "--nnodes", str(len(plan.hosts)), "--nproc-per-node", str(host.slots),
-            "--node-rank", str(node_rank), "--master-addr", plan.rank0.address, "--master-port", str(TORCHRUN_PORT),
-            str(plan.remote_script), *workload_args(plan)]
+            "--node-rank", str(node_rank), "--master-addr", plan.rank0.address, "--master-port", str(port),
+            "--rdzv-id", plan.job_id, str(plan.remote_script), *workload_args(plan)]
 
 
 def remote_shell(plan: JobPlan, argv: Sequence[str]) -> str:

@@ -123,9 +123,10 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
     )
 
 
-def _run_playbook(inventory: Path, playbook: Path, run_dir: Path, extravars: dict, limit: str, what: str) -> None:
+def _run_playbook(inventory: Path, playbook: Path, run_dir: Path, extravars: dict, limit: str, what: str,
+                  on_event: Callable[[dict], None] | None = None) -> None:
     request = runner.RunRequest(inventory=inventory, playbook=playbook, extravars=extravars, limit=limit)
-    result = runner.run(request, run_dir)
+    result = runner.run(request, run_dir, on_event=on_event)
     if result.unreachable:
         raise Unreachable(f"{what}: cannot reach {', '.join(result.unreachable)}; see {run_dir}")
     if result.status != "successful":
@@ -151,14 +152,33 @@ def stage_items(plan: JobPlan, container_files: Path | None = None) -> list[dict
     return items
 
 
-def stage(plan: JobPlan, inventory: Path, run_dir: Path, container_files: Path | None = None) -> None:
-    """Copy the workload (and data, checkpoint, container files) to the same paths on every node of the job."""
+RENDEZVOUS_PORT_TASK = "Find a free port for the rendezvous on the first node"  # in stage.yml
+
+
+def stage(plan: JobPlan, inventory: Path, run_dir: Path, container_files: Path | None = None) -> JobPlan:
+    """Copy the workload (and data, checkpoint, container files) to the same paths on every node of the job.
+
+    Returns the plan completed with what staging found: torchrun's rendezvous port."""
     items = stage_items(plan, container_files)
-    _run_playbook(
-        inventory, STAGE_PLAYBOOK, run_dir / "stage",
-        {"pycli_job_dir": str(plan.job_dir), "pycli_stage_items": items},
-        ",".join(h.name for h in plan.hosts), "staging the job",
-    )
+    extravars: dict[str, object] = {"pycli_job_dir": str(plan.job_dir), "pycli_stage_items": items}
+    ports: list[int] = []
+    if plan.launcher == "torchrun":
+        extravars["pycli_rendezvous_host"] = plan.rank0.name
+
+    def on_event(event) -> None:
+        data = event.get("event_data") or {}
+        if event.get("event") == "runner_on_ok" and data.get("task") == RENDEZVOUS_PORT_TASK:
+            said = str((data.get("res") or {}).get("stdout", "")).strip()
+            if said.isdigit():
+                ports.append(int(said))
+
+    _run_playbook(inventory, STAGE_PLAYBOOK, run_dir / "stage", extravars,
+                  ",".join(h.name for h in plan.hosts), "staging the job", on_event)
+    if plan.launcher == "torchrun":
+        if not ports:
+            raise PycliError(f"staging the job: {plan.rank0.name} named no free port for torchrun; see {run_dir / 'stage'}")
+        plan = replace(plan, rendezvous_port=ports[0])
+    return plan
 
 
 def collect(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
@@ -320,11 +340,6 @@ def run_job(
     container = plan.container
     run_dir = run_dir or new_run_dir("train")
     run_dir.mkdir(parents=True, exist_ok=True)
-    commands = launch_commands(plan)
-    (run_dir / "job.txt").write_text(
-        f"job {plan.job_id}\nhosts {','.join(h.name for h in plan.hosts)}\n"
-        + "".join(f"{host.name}: {line}\n" for host, line in commands)
-    )
     how = f"horovodrun --{plan.controller}" if plan.launcher == "horovod" else plan.launcher
     inside = f" inside {container.image} containers" if container else ""
     write(f"pycli: job {plan.job_id}: {plan.np} process(es) on {', '.join(h.name for h in plan.hosts)} "
@@ -334,10 +349,14 @@ def run_job(
         container_files = run_dir / "container"
         containers.write_container_files(container_files, plan.hosts, container, plan.job_id)
     try:
-        stage(plan, inventory, run_dir, container_files)
+        plan = stage(plan, inventory, run_dir, container_files)
     finally:
         if container_files is not None:
             containers.forget_private_keys(container_files)
+    (run_dir / "job.txt").write_text(
+        f"job {plan.job_id}\nhosts {','.join(h.name for h in plan.hosts)}\n"
+        + "".join(f"{host.name}: {line}\n" for host, line in launch_commands(plan))
+    )
     try:
         if container is not None:
             up = time.monotonic()

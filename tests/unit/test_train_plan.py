@@ -1,6 +1,7 @@
 """`pycli train`'s planning: hosts, command lines for each launcher, bad input. No SSH, no Ansible."""
 
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,15 @@ def test_torchrun_starts_one_launcher_per_node_with_its_rank():
         assert argv[argv.index("--node-rank") + 1] == str(rank)
         assert argv[argv.index("--master-addr") + 1] == "10.9.0.1"
         assert argv[argv.index("--nproc-per-node") + 1] == "2"
+
+
+def test_torchrun_rendezvous_is_the_job_s_own_on_the_port_staging_found():
+    """Two jobs never share a rendezvous: the id is the job's, the port the one found free on rank 0's node."""
+    p = replace(plan(workload="ddp", np=4), rendezvous_port=41234)
+    for _, line in launch_commands(p):
+        argv = shlex.split(line.split(" && exec env ", 1)[1])
+        assert argv[argv.index("--master-port") + 1] == "41234"
+        assert argv[argv.index("--rdzv-id") + 1] == "j1"
 
 
 def test_the_launcher_node_comes_first_and_runs_rank_0():
