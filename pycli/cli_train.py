@@ -27,6 +27,9 @@ def train_cmd(
     ),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Folder of MNIST IDX files (default: the 8x8 digits)."),
     resume: Path | None = typer.Option(None, "--resume", help="Checkpoint (from an earlier run's results) to continue from."),
+    timeout: float | None = typer.Option(
+        None, "--timeout", metavar="SECONDS", help="Stop the job on every node after this long (staging and results not counted)."
+    ),
     docker: str | None = typer.Option(
         None, "--docker", metavar="IMAGE",
         help="Run every rank inside a container of IMAGE on its node (--gpus all --ipc=host, host network); "
@@ -64,5 +67,6 @@ def train_cmd(
     request = JobRequest(
         np=np, workload=workload or "mnist", launcher=launcher, controller=controller, script_args=tuple(script_args or ()),
         network_interface=network_interface, data_dir=data_dir, resume=resume, container=container,
+        time_limit_s=timeout,
     )
     raise typer.Exit(run_job(cluster, request).code)

@@ -70,6 +70,7 @@ class JobRequest:
     data_dir: Path | None = None  # on the controller; None: the built-in digits where the workload reads data
     resume: Path | None = None  # a checkpoint on the controller to continue from
     container: JobContainer | None = None  # every rank inside the job's containers (--docker)
+    time_limit_s: float | None = None  # --timeout: stop the job on every node after this long
 
 
 def new_job_id(now: datetime | None = None) -> str:
@@ -102,6 +103,8 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
         raise BadInput(f"unknown workload {workload!r}; use one of {', '.join(WORKLOADS)} or a path to a .py script")
     if data_dir is not None and not data_dir.is_dir():
         raise BadInput(f"--data-dir {data_dir} is not a folder")
+    if request.time_limit_s is not None and request.time_limit_s <= 0:
+        raise BadInput(f"--timeout {request.time_limit_s:g}: give the job's time limit in seconds, more than 0")
     if resume is not None and not resume.is_file():
         raise BadInput(f"--resume {resume} does not exist")
     if resume is not None and workload not in ("mnist", "ddp"):
@@ -240,16 +243,37 @@ def strays_line(left: dict[str, str]) -> str:
         f"{host}: {' | '.join(text.splitlines()) or 'not checked'}" for host, text in sorted(left.items()))
 
 
-def run_processes(plan: JobPlan, write: Callable[[str], None] = print) -> int:
-    """Start the job's processes, stream their output, forward Ctrl-C; return the job's exit code."""
+@dataclass(frozen=True)
+class JobExit:
+    """How the job's processes ended: the exit code, and which host ended it first and how."""
+
+    code: int
+    why: str = ""  # e.g. "node2 exited 1 first", "node2 stopped answering", "its --timeout of 60 s passed"
+
+
+# OpenSSH exits 255 on its own errors: the connection failed, or keepalives went unanswered.
+SSH_FAILED = 255
+# How long the job's processes get to end on Ctrl-C, once pycli stops them itself.
+STOP_GRACE_S = 30
+
+
+def run_processes(plan: JobPlan, write: Callable[[str], None] = print, time_limit_s: float | None = None) -> JobExit:
+    """Start the job's processes, stream their output, forward Ctrl-C, stop them all when one
+    fails or the time limit passes; say how the job ended."""
     commands = launch_commands(plan)
     many = len(commands) > 1
     processes = [RemoteProcess(ssh_argv(host, line), f"[{host.name}] " if many else "", write) for host, line in commands]
+    hosts = [host.name for host, _ in commands]
     user_interrupt = threading.Event()
     stopping = threading.Event()
+    first: list[str] = []  # why the job ended, said once
+    deadline = time.monotonic() + time_limit_s if time_limit_s else None
+
+    stop_asked: list[float] = []
 
     def stop_all() -> None:
         stopping.set()
+        stop_asked.append(time.monotonic())
         for proc in processes:
             proc.interrupt()
 
@@ -262,23 +286,46 @@ def run_processes(plan: JobPlan, write: Callable[[str], None] = print) -> int:
         write("pycli: interrupting the job on every node (Ctrl-C again to stop waiting)")
         stop_all()
 
+    def failed_first() -> str | None:
+        for name, proc in zip(hosts, processes, strict=True):
+            code = proc.proc.poll()
+            if code == SSH_FAILED:
+                return f"{name} stopped answering (ssh exit {SSH_FAILED})"
+            if code not in (None, 0):
+                return f"{name} exited {code} first" if many else f"exit {code} on {name}"
+        return None
+
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
-        codes = []
         for proc in processes:
             while True:
                 try:
-                    codes.append(proc.wait(timeout=0.5))
+                    proc.wait(timeout=0.5)
                     break
                 except subprocess.TimeoutExpired:
+                    if stopping.is_set():
+                        # Ranks that do not end on Ctrl-C: drop the connections (the sweep follows).
+                        if not user_interrupt.is_set() and time.monotonic() - stop_asked[0] > STOP_GRACE_S:
+                            for other in processes:
+                                other.kill()
+                        continue
+                    if deadline is not None and time.monotonic() > deadline:
+                        first.append(f"its --timeout of {time_limit_s:g} s passed")
+                        write(f"pycli: the job passed its --timeout of {time_limit_s:g} s; stopping it on every node")
+                        stop_all()
                     # One node's failure (torchrun: one launcher per node) must end the others.
-                    if many and not stopping.is_set() and any(p.proc.poll() not in (None, 0) for p in processes):
+                    elif many and (why := failed_first()) is not None:
+                        first.append(why)
                         stop_all()
     finally:
         signal.signal(signal.SIGINT, previous)
     if user_interrupt.is_set():
-        return EXIT_INTERRUPTED
-    return next((code for code in codes if code != 0), 0)
+        return JobExit(EXIT_INTERRUPTED, "interrupted")
+    codes = [proc.proc.returncode for proc in processes]
+    code = next((c for c in codes if c != 0), 0)
+    if first and first[0].startswith("its --timeout"):
+        return JobExit(EXIT_FAILED, first[0])
+    return JobExit(code, first[0] if first else (failed_first() or ""))
 
 
 def workload_needs_data(workload: str) -> bool:
@@ -364,7 +411,8 @@ def run_job(
             write(f"pycli: job containers up on {', '.join(h.name for h in plan.hosts)} "
                   f"(sshd on port {container.ssh_port}) in {time.monotonic() - up:.0f} s")
         started = time.monotonic()  # the job's own time, as without containers
-        code = run_processes(plan, write)
+        ended = run_processes(plan, write, request.time_limit_s)
+        code = ended.code
     finally:
         if container is not None:
             remove_containers(plan, inventory, run_dir)
@@ -382,6 +430,7 @@ def run_job(
     if code == 0:
         write(f"pycli: job finished in {took:.0f} s{': ' + summary if summary else ''}; results in {results}")
     else:
-        write(f"pycli: job failed (exit {code}) after {took:.0f} s; output above, partial results in {results}")
+        write(f"pycli: job failed (exit {code}{'; ' + ended.why if ended.why else ''}) after {took:.0f} s; "
+              f"output above, partial results in {results}")
         code = EXIT_FAILED
     return TrainOutcome(code, run_dir, results, records, plan)

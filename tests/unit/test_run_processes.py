@@ -1,0 +1,53 @@
+"""How a job's processes end: the first failure named by host, a time limit, a host that stops answering.
+
+The processes are local shells standing in for the ssh sessions (`ssh_argv` is the seam)."""
+
+import time
+
+import pytest
+
+from pycli import train
+from pycli.cluster_model import Host
+from pycli.errors import EXIT_FAILED
+
+
+def _run(monkeypatch, lines: dict[str, str], **kw):
+    hosts = [Host(name, "10.9.0.1") for name in lines]
+    monkeypatch.setattr(train, "launch_commands", lambda plan: [(h, lines[h.name]) for h in hosts])
+    monkeypatch.setattr(train, "ssh_argv", lambda host, line: ["sh", "-c", line])
+    monkeypatch.setattr(train, "STOP_GRACE_S", 1)
+    said = []
+    started = time.monotonic()
+    ended = train.run_processes(None, said.append, **kw)
+    return ended, said, time.monotonic() - started
+
+
+def test_the_first_host_to_fail_is_named_and_the_others_are_stopped(monkeypatch):
+    ended, _, took = _run(monkeypatch, {"node1": "exec sleep 60", "node2": "sleep 0.2; exit 3"})
+    assert ended.code != 0 and ended.why == "node2 exited 3 first"
+    assert took < 20
+
+
+def test_a_host_whose_ssh_fails_stopped_answering(monkeypatch):
+    ended, _, _ = _run(monkeypatch, {"node1": "exec sleep 60", "node2": "sleep 0.2; exit 255"})
+    assert ended.why == "node2 stopped answering (ssh exit 255)"
+
+
+def test_the_time_limit_stops_the_job_on_every_node(monkeypatch):
+    ended, said, took = _run(monkeypatch, {"node1": "exec sleep 60", "node2": "exec sleep 60"}, time_limit_s=1)
+    assert ended == train.JobExit(EXIT_FAILED, "its --timeout of 1 s passed")
+    assert "pycli: the job passed its --timeout of 1 s; stopping it on every node" in said
+    assert took < 20
+
+
+def test_a_job_that_ends_well_says_nothing(monkeypatch):
+    ended, _, _ = _run(monkeypatch, {"node1": "true", "node2": "true"})
+    assert ended == train.JobExit(0, "")
+
+
+@pytest.mark.parametrize("limit", [0, -5])
+def test_a_time_limit_must_be_positive(limit):
+    from tests.unit.test_train_plan import plan
+
+    with pytest.raises(train.BadInput, match="--timeout"):
+        plan(time_limit_s=limit)
