@@ -1,13 +1,15 @@
 """`pycli train`'s planning: hosts, command lines for each launcher, bad input. No SSH, no Ansible."""
 
 import shlex
-from pathlib import Path
+import subprocess
+from pathlib import Path, PurePosixPath
 
 import pytest
 
 from pycli.cluster_model import Cluster, Host
 from pycli.errors import BadInput
-from pycli.launch_lines import NodeLayout, launch_commands, remote_data_dir, workload_args
+from pycli.containers import JobContainer
+from pycli.launch_lines import WORKLOADS_DIR, JobPlan, NodeLayout, launch_commands, remote_data_dir, workload_args
 from pycli.nodes import ssh_argv
 from pycli.train import JobRequest, plan_job, stage_items
 
@@ -146,3 +148,56 @@ def test_a_job_needs_a_cluster_read_from_an_inventory(tmp_path):
 
     with pytest.raises(ValueError, match="not read from an inventory"):
         run_job(cluster(), JobRequest(np=2, workload="synthetic"), run_dir=tmp_path, write=lambda line: None)
+
+
+# ------------------------------------------- what reaches a node's shell stays one word
+
+FAKE_PROGRAM = '#!/bin/sh\nprintf "%s\\n" "GLOO_SOCKET_IFNAME=$GLOO_SOCKET_IFNAME" "PWD=$PWD"\n'
+
+
+def _hostile_plan(tmp_path, launcher, venv="my venv", container=None):
+    """A plan whose interface would run a command if unquoted, in folders that may hold spaces.
+
+    Built directly, past plan_job's checks: the quoting must hold whatever the plan holds."""
+    layout = NodeLayout(venv=PurePosixPath(tmp_path / venv), work_dir=PurePosixPath(tmp_path / "work dir"))
+    workload = "ddp.py" if launcher == "torchrun" else "mnist.py"
+    return JobPlan(job_id="j1", launcher=launcher, controller="gloo", np=4, hosts=cluster().hosts,
+                   script=WORKLOADS_DIR / workload, script_args=("--note", "a b;c"), layout=layout,
+                   network_interface=f"eth0$(touch${{IFS}}{tmp_path}/pwned)", container=container)
+
+
+def _fake_programs(folder, names):
+    folder.mkdir(parents=True)
+    for name in names:
+        (folder / name).write_text(FAKE_PROGRAM)
+        (folder / name).chmod(0o755)
+
+
+@pytest.mark.parametrize("venv", ["venv", "my venv"])
+@pytest.mark.parametrize("launcher", ["horovod", "mpirun", "torchrun"])
+def test_the_shell_line_keeps_every_value_one_word_and_runs_nothing_else(tmp_path, launcher, venv):
+    p = _hostile_plan(tmp_path, launcher, venv)
+    _fake_programs(tmp_path / venv / "bin", ["horovodrun", "mpirun", "torchrun"])
+    Path(p.job_dir).mkdir(parents=True)
+    commands = launch_commands(p)
+    for _, line in commands:
+        assert f"GLOO_SOCKET_IFNAME={p.network_interface}" in shlex.split(line)
+        run = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=30,
+                             env={"PATH": "/usr/bin:/bin"})
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.splitlines() == [f"GLOO_SOCKET_IFNAME={p.network_interface}", f"PWD={p.job_dir}"]
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_the_container_line_keeps_every_value_one_word_and_runs_nothing_else(tmp_path):
+    p = _hostile_plan(tmp_path, "horovod", container=JobContainer(image="horovod/horovod:0.28.1"))
+    fake_docker = tmp_path / "bin"
+    fake_docker.mkdir()
+    (fake_docker / "docker").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    (fake_docker / "docker").chmod(0o755)
+    ((_, line),) = launch_commands(p)
+    run = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=30,
+                         env={"PATH": f"{fake_docker}:/usr/bin:/bin"})
+    assert run.returncode == 0, run.stderr
+    assert f"GLOO_SOCKET_IFNAME={p.network_interface}" in run.stdout.splitlines()
+    assert not (tmp_path / "pwned").exists()
