@@ -83,9 +83,11 @@ def run_on_nodes(
 
 
 def ssh_argv(host: Host, command: str) -> list[str]:
-    """OpenSSH with the host's inventory settings; host keys checked as Ansible checks them."""
+    """OpenSSH with the host's inventory settings; host keys checked as Ansible checks them.
+
+    The user is -l's value and the host follows "--": neither can be read as an option."""
     return ["ssh", "-tt", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "LogLevel=ERROR",
-            "-p", str(host.port), *host.ssh_options, f"{host.login_user}@{host.address}", command]
+            "-p", str(host.port), *host.ssh_options, "-l", host.login_user, "--", host.address, command]
 
 
 def ssh_probe(hosts: Sequence[Host], command: str = "true") -> dict[str, NodeOutput]:

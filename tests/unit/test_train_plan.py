@@ -105,9 +105,19 @@ def test_bad_requests_are_refused_before_anything_runs(kw, message):
 def test_ssh_keeps_host_key_checking_and_takes_the_inventory_options():
     host = Host(name="n1", address="10.9.0.1", port=2222, user="root", ssh_options=("-i", "/k", "-o", "UserKnownHostsFile=/kh"))
     argv = ssh_argv(host, "hostname")
-    assert "StrictHostKeyChecking=yes" in argv and argv[-2:] == ["root@10.9.0.1", "hostname"]
+    assert "StrictHostKeyChecking=yes" in argv and argv[-5:] == ["-l", "root", "--", "10.9.0.1", "hostname"]
     assert argv[argv.index("-p") + 1] == "2222" and "/k" in argv and "UserKnownHostsFile=/kh" in argv
     assert all("StrictHostKeyChecking=no" not in a for a in argv)
+
+
+def test_neither_the_user_nor_the_host_can_become_an_ssh_option():
+    # Both are refused when the inventory is read; should one get this far, ssh still reads
+    # the user as -l's value and the host after "--", never as an option.
+    host = Host(name="n1", address="-oProxyCommand=touch${IFS}pwned", user="-oProxyCommand=touch${IFS}pwned")
+    argv = ssh_argv(host, "hostname")
+    end = argv.index("--")
+    assert argv[end + 1:] == [host.address, "hostname"]
+    assert [i for i, word in enumerate(argv[:end]) if word.startswith("-oProxyCommand")] == [argv.index("-l") + 1]
 
 
 def test_horovodrun_names_the_interface_only_across_hosts():
