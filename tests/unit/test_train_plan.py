@@ -1,5 +1,6 @@
 """`pycli train`'s planning: hosts, command lines for each launcher, bad input. No SSH, no Ansible."""
 
+import re
 import shlex
 import subprocess
 from pathlib import Path, PurePosixPath
@@ -118,6 +119,20 @@ def test_neither_the_user_nor_the_host_can_become_an_ssh_option():
     end = argv.index("--")
     assert argv[end + 1:] == [host.address, "hostname"]
     assert [i for i, word in enumerate(argv[:end]) if word.startswith("-oProxyCommand")] == [argv.index("-l") + 1]
+
+
+@pytest.mark.parametrize(
+    ("settings", "request_nic", "message"),
+    [
+        ({}, "eth0$(touch${IFS}/tmp/pwned)", "--network-interface 'eth0$(touch${IFS}/tmp/pwned)' is not a network interface name"),
+        ({}, "-eth0", "--network-interface '-eth0' is not"),
+        ({"pycli_network_interface": "eth0 eth1"}, None, "pycli_network_interface 'eth0 eth1' is not a network interface name"),
+    ],
+)
+def test_a_network_interface_that_is_no_interface_name_is_refused(settings, request_nic, message):
+    hostile = Cluster(hosts=cluster().hosts, launcher="n1", settings=settings)
+    with pytest.raises(BadInput, match=re.escape(message)):
+        plan(c=hostile, network_interface=request_nic)
 
 
 def test_horovodrun_names_the_interface_only_across_hosts():
