@@ -111,6 +111,12 @@ def test_ssh_keeps_host_key_checking_and_takes_the_inventory_options():
     assert all("StrictHostKeyChecking=no" not in a for a in argv)
 
 
+def test_a_job_s_ssh_gives_up_on_a_node_that_stops_answering():
+    argv = ssh_argv(Host(name="n1", address="10.9.0.1"), "hostname")
+    options = [argv[i + 1] for i, word in enumerate(argv) if word == "-o"]
+    assert {"ServerAliveInterval=15", "ServerAliveCountMax=4", "ConnectTimeout=10"} <= set(options)
+
+
 def test_neither_the_user_nor_the_host_can_become_an_ssh_option():
     # Both are refused when the inventory is read; should one get this far, ssh still reads
     # the user as -l's value and the host after "--", never as an option.
