@@ -132,7 +132,7 @@ def mesh_command(hosts: Sequence[Host]) -> str:
         f"for target in {targets}; do\n"
         '  addr="${target%:*}"; port="${target##*:}"\n'
         f'  if out=$(ssh -n -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout={SSH_TIMEOUT_S} '
-        '-p "$port" "$addr" hostname 2>&1); then\n'
+        '-p "$port" -- "$addr" hostname 2>&1); then\n'
         '    echo "PYCLI-SSH OK $target $out"\n'
         "  else\n"
         '    echo "PYCLI-SSH FAIL $target $(printf %s "$out" | tail -n 1)"\n'

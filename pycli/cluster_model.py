@@ -38,11 +38,17 @@ SLOTS_VAR = "slots"
 KEY_VARS = ("ansible_ssh_private_key_file", "ansible_private_key_file")
 SSH_ARGS_VARS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")
 # Cluster-wide settings commands read besides the hosts (from the launcher's variables).
-SETTINGS_VARS = ("common_venv_path", "common_work_dir", "pycli_network_interface")
+INTERFACE_VAR = "pycli_network_interface"
+SETTINGS_VARS = ("common_venv_path", "common_work_dir", INTERFACE_VAR)
 # Every variable pycli reads; Ansible templates them ("{{ ... }}") before pycli sees them.
 READ_VARS = (*ADDRESS_VARS, *PORT_VARS, *USER_VARS, SLOTS_VAR, *KEY_VARS, *SSH_ARGS_VARS, *SETTINGS_VARS)
 
 _DNS_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+# Linux's rule for a device name (at most 15 characters; no '/', ':' or blank), narrowed
+# to what real interfaces are called: it reaches launchers' command lines and NCCL/Gloo.
+_INTERFACE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,14}$")
+# A login name as useradd takes it (a final '$' for machine accounts), at most 32 characters.
+_LOGIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,30}\$?$")
 _DIGITS = re.compile(r"^[0-9]+$")
 _MAX_HOSTNAME = 253
 
@@ -136,6 +142,21 @@ def address_problem(address: str) -> str | None:
     )
 
 
+def interface_problem(name: str) -> str | None:
+    """Why `name` cannot be a network interface's name, or None when it can."""
+    if _INTERFACE_NAME.match(name):
+        return None
+    return f"{name!r} is not a network interface name (1-15 letters, digits, '_', '.', '@' or '-', not starting with '-' or '.')"
+
+
+def login_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a login name on a node, or None when it can."""
+    if len(name) <= 32 and _LOGIN_NAME.match(name):
+        return None
+    return (f"{name!r} is not a login name (a letter or '_', then letters, digits, '_', '.' or '-', "
+            "a final '$' allowed; 32 at most)")
+
+
 def cluster_problems(hosts: Sequence[Host], launcher: str | None) -> list[str]:
     """Every reason the hosts cannot form a cluster, each saying what to change."""
     if not hosts:
@@ -195,7 +216,12 @@ def make_cluster(hosts: Sequence[Host], launcher: str | None, *, source: str) ->
 
 
 def _first_set(variables: Mapping[str, Any], names: Sequence[str]) -> Any:
-    return next((variables[name] for name in names if variables.get(name) not in (None, "")), None)
+    name = _first_set_name(variables, names)
+    return None if name is None else variables[name]
+
+
+def _first_set_name(variables: Mapping[str, Any], names: Sequence[str]) -> str | None:
+    return next((name for name in names if variables.get(name) not in (None, "")), None)
 
 
 def host_from_vars(name: str, variables: Mapping[str, Any]) -> tuple[Host | None, list[str]]:
@@ -208,6 +234,11 @@ def host_from_vars(name: str, variables: Mapping[str, Any]) -> tuple[Host | None
     if port is None:
         problems.append(f"host {name!r}: ansible_port must be a port number (1-65535), got {raw_port!r}")
     user = _first_set(variables, USER_VARS)
+    if user is not None and (why := login_name_problem(str(user))) is not None:
+        problems.append(f"host {name!r}: {_first_set_name(variables, USER_VARS)} {why}")
+    interface = variables.get(INTERFACE_VAR)
+    if interface not in (None, "") and (why := interface_problem(str(interface))) is not None:
+        problems.append(f"host {name!r}: {INTERFACE_VAR} {why}")
     raw_slots = variables.get(SLOTS_VAR)
     slots = DEFAULT_SLOTS if raw_slots is None else positive_int(raw_slots)
     if slots is None:
@@ -248,6 +279,9 @@ def parse_host_list(text: str) -> list[HostEntry]:
         match = _HOST_SPEC.match(item)
         if not match:
             problems.append(f"{item!r} is not [user@]host[:port]" if item else "an empty entry between commas")
+            continue
+        if match["user"] is not None and (why := login_name_problem(match["user"])) is not None:
+            problems.append(f"{item!r}: {why}")
             continue
         port = None
         if match["port"] is not None and (port := port_number(match["port"])) is None:

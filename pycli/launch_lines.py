@@ -191,8 +191,10 @@ def remote_shell(plan: JobPlan, argv: Sequence[str]) -> str:
         env += [f"GLOO_SOCKET_IFNAME={plan.network_interface}", f"NCCL_SOCKET_IFNAME={plan.network_interface}"]
     if plan.container:
         return containers.exec_line(plan.container, plan.job_id, plan.job_dir, env, argv)
-    env.insert(0, f"PATH={plan.layout.venv / 'bin'}:$PATH")
-    return f"cd {shlex.quote(str(plan.job_dir))} && exec env {' '.join(env)} {shlex.join(argv)}"
+    # Every word quoted, the inventory's and the command line's values with them; only the
+    # node's own $PATH is left for its shell to expand.
+    path = shlex.quote(f"PATH={plan.layout.venv / 'bin'}") + ':"$PATH"'
+    return f"cd {shlex.quote(str(plan.job_dir))} && exec env {path} {shlex.join([*env, *argv])}"
 
 
 # How long the job's processes get to exit on SIGTERM before SIGKILL, in half-seconds.

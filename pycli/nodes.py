@@ -19,6 +19,9 @@ from pycli import runner
 from pycli.cluster_model import Cluster, Host
 
 SSH_TIMEOUT_S = 10
+# A job's SSH sessions ask every 15 s whether the node still answers, and give up after 4 misses.
+KEEPALIVE_S = 15
+KEEPALIVE_MISSES = 4
 
 
 @dataclass(frozen=True)
@@ -83,9 +86,17 @@ def run_on_nodes(
 
 
 def ssh_argv(host: Host, command: str) -> list[str]:
-    """OpenSSH with the host's inventory settings; host keys checked as Ansible checks them."""
+    """OpenSSH with the host's inventory settings; host keys checked as Ansible checks them.
+
+    The user is -l's value and the host follows "--": neither can be read as an option. A host
+    that stops answering ends the session (ssh exits 255) after KEEPALIVE_S x KEEPALIVE_MISSES."""
+    # ssh keeps the first value it reads: host-key checking before the inventory's options, the
+    # timeouts after them (an inventory may set its own).
     return ["ssh", "-tt", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "LogLevel=ERROR",
-            "-p", str(host.port), *host.ssh_options, f"{host.login_user}@{host.address}", command]
+            "-p", str(host.port), *host.ssh_options,
+            "-o", f"ConnectTimeout={SSH_TIMEOUT_S}", "-o", f"ServerAliveInterval={KEEPALIVE_S}",
+            "-o", f"ServerAliveCountMax={KEEPALIVE_MISSES}",
+            "-l", host.login_user, "--", host.address, command]
 
 
 def ssh_probe(hosts: Sequence[Host], command: str = "true") -> dict[str, NodeOutput]:
@@ -97,7 +108,6 @@ def ssh_probe(hosts: Sequence[Host], command: str = "true") -> dict[str, NodeOut
     started = {}
     for host in hosts:
         argv = ssh_argv(host, command)
-        argv[1:1] = ["-o", f"ConnectTimeout={SSH_TIMEOUT_S}"]
         started[host.name] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                               stderr=subprocess.PIPE, text=True)
     answers = {}

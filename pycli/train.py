@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 
 from pycli import containers, runner
-from pycli.cluster_model import Cluster
+from pycli.cluster_model import INTERFACE_VAR, Cluster, interface_problem
 from pycli.containers import JobContainer
 from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, BadInput, PycliError, Unreachable
 from pycli.hostfiles import fill_slots, render_hostfile
@@ -109,6 +109,11 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
         raise BadInput(f"--resume {resume} does not exist")
     if resume is not None and workload not in ("mnist", "ddp"):
         raise BadInput("--resume works with the mnist and ddp workloads")
+    network_interface, interface_source = request.network_interface, "--network-interface"
+    if not network_interface:
+        network_interface, interface_source = cluster.settings.get(INTERFACE_VAR) or None, INTERFACE_VAR
+    if network_interface is not None and (why := interface_problem(str(network_interface))) is not None:
+        raise BadInput(f"{interface_source} {why}")
     hosts = fill_slots(cluster, np)
     # The launcher node starts the job and rank 0 lives there: put it first.
     launcher_host = cluster.launcher_host
@@ -121,7 +126,7 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
     return JobPlan(
         job_id=job_id, launcher=launcher, controller=request.controller, np=np, hosts=hosts, script=script,
         script_args=tuple(request.script_args), layout=layout,
-        network_interface=request.network_interface or cluster.settings.get("pycli_network_interface") or None,
+        network_interface=network_interface,
         data_dir=data_dir if needs_data else None, resume=resume, container=request.container,
     )
 

@@ -47,6 +47,13 @@ def test_mesh_command_really_runs_and_its_failures_are_named(tmp_path):
     assert "node1 -> node2 (127.0.0.1:2): ssh: connect to host 127.0.0.1 port 2: Connection refused" in result.message
 
 
+def test_a_mesh_target_is_never_read_as_an_ssh_option(tmp_path):
+    # Refused when the inventory is read; should one get this far, ssh takes it as a host name.
+    hostile = Host("node1", f"-oProxyCommand=touch {tmp_path}/pwned", port=1)
+    subprocess.run(["bash", "-c", mesh_command((hostile,))], capture_output=True, text=True, timeout=60)
+    assert not (tmp_path / "pwned").exists()
+
+
 def test_mesh_passes_when_every_pair_logs_in():
     out = "PYCLI-SSH OK 10.0.0.1:22 node1\nPYCLI-SSH OK 10.0.0.2:22 node2\n"
     result = evaluate_mesh(HOSTS, {n: NodeOutput(n, 0, out) for n in NAMES})

@@ -107,3 +107,23 @@ def test_an_inventory_first_among_train_s_and_bench_s_arguments(tmp_path, monkey
     assert leading_inventory(["missing.ini"]) == (None, ["missing.ini"])
     assert leading_inventory(["--epochs", "cluster.ini"]) == (None, ["--epochs", "cluster.ini"])
     assert leading_inventory([]) == (None, [])
+
+
+
+@pytest.mark.parametrize(
+    ("inventory", "options", "message"),
+    [
+        (INVENTORY, ["--network-interface", "eth0$(touch${IFS}/tmp/pwned)"],
+         "--network-interface 'eth0$(touch${IFS}/tmp/pwned)' is not a network interface name"),
+        ("[nodes]\nn1 ansible_host=10.0.0.1 ansible_user=-oProxyCommand=touch${IFS}/tmp/pwned\n", [],
+         "host 'n1': ansible_user '-oProxyCommand=touch${IFS}/tmp/pwned' is not a login name"),
+        ("[nodes]\nn1 ansible_host=10.0.0.1 pycli_network_interface='eth0;reboot'\n", [],
+         "host 'n1': pycli_network_interface 'eth0;reboot' is not a network interface name"),
+    ],
+)
+def test_values_that_would_reach_a_shell_are_one_line_and_exit_2(inventory, options, message, tmp_path, capsys):
+    path = tmp_path / "a.ini"
+    path.write_text(inventory)
+    assert main(["train", str(path), "synthetic", "--np", "1", *options]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("pycli: error: ") and err.count("\n") == 1

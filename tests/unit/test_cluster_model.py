@@ -13,7 +13,9 @@ from pycli.cluster_model import (
     Host,
     address_problem,
     host_from_vars,
+    interface_problem,
     load_cluster,
+    login_name_problem,
     parse_host_list,
     positive_int,
 )
@@ -210,6 +212,23 @@ ERRORS = {
     "two launchers": ("hosts.ini", "[nodes]\na\nb\n[launcher]\na\nb\n", ["group 'launcher' names 2 hosts (a, b); name exactly one"]),
     "name not a DNS label": ("hosts.ini", "[nodes]\ngpu_1\n", ["host 'gpu_1': 'gpu_1' is not a valid host name", "rename it"]),
     "address not a DNS name": ("hosts.ini", "[nodes]\na ansible_host=-bad.example\n", ["'-bad.example' is not a valid host name", "fix its ansible_host"]),
+    "user that is an ssh option": (
+        "hosts.ini", "[nodes]\na ansible_user=-oProxyCommand=touch${IFS}/tmp/pwned\n",
+        ["host 'a': ansible_user '-oProxyCommand=touch${IFS}/tmp/pwned' is not a login name"],
+    ),
+    "user with shell syntax": (
+        "hosts.yml", "nodes:\n  hosts:\n    a: {ansible_ssh_user: 'ml; reboot'}\n",
+        ["host 'a': ansible_ssh_user 'ml; reboot' is not a login name"],
+    ),
+    "user too long": ("hosts.ini", f"[nodes]\na ansible_user={'u' * 33}\n", ["is not a login name"]),
+    "interface with a command in it": (
+        "hosts.ini", "[nodes]\na\n[nodes:vars]\npycli_network_interface='eth0$(touch${IFS}/tmp/pwned)'\n",
+        ["host 'a': pycli_network_interface 'eth0$(touch${IFS}/tmp/pwned)' is not a network interface name"],
+    ),
+    "interface too long": (
+        "hosts.ini", "[nodes]\na pycli_network_interface=enp0s31f6longname\n",
+        ["pycli_network_interface 'enp0s31f6longname' is not a network interface name", "1-15"],
+    ),
     "template that cannot resolve": ("hosts.ini", "[nodes]\na slots='{{ nope }}'\n", ["host 'a': slots '{{ nope }}' cannot be resolved", "nope"]),
 }
 
@@ -314,6 +333,7 @@ def test_address_problem(address, valid):
         ("bob@a:2222", [HostEntry("a", port=2222, user="bob")]),
         ("a:22,root@b", [HostEntry("a", port=22), HostEntry("b", user="root")]),
         ("[fe80::1]:2200,u@[::1]", [HostEntry("fe80::1", port=2200), HostEntry("::1", user="u")]),
+        ("ml_user.2@a,Admin$@b", [HostEntry("a", user="ml_user.2"), HostEntry("b", user="Admin$")]),
     ],
 )
 def test_parse_host_list(text, expected):
@@ -329,6 +349,8 @@ def test_parse_host_list(text, expected):
         ("a:70000", "the SSH port must be"),
         ("a b", "'a b' is not [user@]host[:port]"),
         ("@a", "is not [user@]host[:port]"),
+        ("-oProxyCommand=x@a", "'-oProxyCommand=x' is not a login name"),
+        ("a$(reboot)@b", "is not a login name"),
     ],
 )
 def test_parse_host_list_errors(text, fragment):
@@ -351,3 +373,27 @@ def test_ssh_options_and_settings_come_from_the_inventory(tmp_path):
     assert n1.ssh_options == ("-i", "/keys/id", "-o", "UserKnownHostsFile=/keys/known_hosts")
     assert n2.ssh_options[-2:] == ("-J", "bastion")
     assert cluster.settings == {"pycli_network_interface": "eth1"}
+
+
+@pytest.mark.parametrize(
+    "name, valid",
+    [
+        ("eth0", True), ("enp0s31f6", True), ("ib0.8001", True), ("bond0", True), ("br-1a2b3c4d5e6f", True),
+        ("docker_gwbridge", True), ("", False), ("-eth0", False), (".", False), ("..", False), ("eth0/1", False),
+        ("eth 0", False), ("eth0:1", False), ("eth0$(id)", False), ("x" * 16, False), ("eth0,eth1", False),
+    ],
+)
+def test_interface_problem(name, valid):
+    assert (interface_problem(name) is None) == valid
+
+
+@pytest.mark.parametrize(
+    "name, valid",
+    [
+        ("root", True), ("ml", True), ("_svc", True), ("ci-runner.2", True), ("machine$", True), ("Admin", True),
+        ("", False), ("-oProxyCommand=x", False), ("2fast", False), ("a b", False), ("a@b", False),
+        ("a;b", False), ("a$b", False), ("u" * 33, False),
+    ],
+)
+def test_login_name_problem(name, valid):
+    assert (login_name_problem(name) is None) == valid

@@ -1,14 +1,17 @@
 """`pycli train`'s planning: hosts, command lines for each launcher, bad input. No SSH, no Ansible."""
 
+import re
 import shlex
+import subprocess
 from dataclasses import replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
 from pycli.cluster_model import Cluster, Host
 from pycli.errors import BadInput
-from pycli.launch_lines import NodeLayout, launch_commands, remote_data_dir, workload_args
+from pycli.containers import JobContainer
+from pycli.launch_lines import WORKLOADS_DIR, JobPlan, NodeLayout, launch_commands, remote_data_dir, workload_args
 from pycli.nodes import ssh_argv
 from pycli.train import JobRequest, plan_job, stage_items
 
@@ -113,9 +116,39 @@ def test_bad_requests_are_refused_before_anything_runs(kw, message):
 def test_ssh_keeps_host_key_checking_and_takes_the_inventory_options():
     host = Host(name="n1", address="10.9.0.1", port=2222, user="root", ssh_options=("-i", "/k", "-o", "UserKnownHostsFile=/kh"))
     argv = ssh_argv(host, "hostname")
-    assert "StrictHostKeyChecking=yes" in argv and argv[-2:] == ["root@10.9.0.1", "hostname"]
+    assert "StrictHostKeyChecking=yes" in argv and argv[-5:] == ["-l", "root", "--", "10.9.0.1", "hostname"]
     assert argv[argv.index("-p") + 1] == "2222" and "/k" in argv and "UserKnownHostsFile=/kh" in argv
     assert all("StrictHostKeyChecking=no" not in a for a in argv)
+
+
+def test_a_job_s_ssh_gives_up_on_a_node_that_stops_answering():
+    argv = ssh_argv(Host(name="n1", address="10.9.0.1"), "hostname")
+    options = [argv[i + 1] for i, word in enumerate(argv) if word == "-o"]
+    assert {"ServerAliveInterval=15", "ServerAliveCountMax=4", "ConnectTimeout=10"} <= set(options)
+
+
+def test_neither_the_user_nor_the_host_can_become_an_ssh_option():
+    # Both are refused when the inventory is read; should one get this far, ssh still reads
+    # the user as -l's value and the host after "--", never as an option.
+    host = Host(name="n1", address="-oProxyCommand=touch${IFS}pwned", user="-oProxyCommand=touch${IFS}pwned")
+    argv = ssh_argv(host, "hostname")
+    end = argv.index("--")
+    assert argv[end + 1:] == [host.address, "hostname"]
+    assert [i for i, word in enumerate(argv[:end]) if word.startswith("-oProxyCommand")] == [argv.index("-l") + 1]
+
+
+@pytest.mark.parametrize(
+    ("settings", "request_nic", "message"),
+    [
+        ({}, "eth0$(touch${IFS}/tmp/pwned)", "--network-interface 'eth0$(touch${IFS}/tmp/pwned)' is not a network interface name"),
+        ({}, "-eth0", "--network-interface '-eth0' is not"),
+        ({"pycli_network_interface": "eth0 eth1"}, None, "pycli_network_interface 'eth0 eth1' is not a network interface name"),
+    ],
+)
+def test_a_network_interface_that_is_no_interface_name_is_refused(settings, request_nic, message):
+    hostile = Cluster(hosts=cluster().hosts, launcher="n1", settings=settings)
+    with pytest.raises(BadInput, match=re.escape(message)):
+        plan(c=hostile, network_interface=request_nic)
 
 
 def test_horovodrun_names_the_interface_only_across_hosts():
@@ -156,3 +189,56 @@ def test_a_job_needs_a_cluster_read_from_an_inventory(tmp_path):
 
     with pytest.raises(ValueError, match="not read from an inventory"):
         run_job(cluster(), JobRequest(np=2, workload="synthetic"), run_dir=tmp_path, write=lambda line: None)
+
+
+# ------------------------------------------- what reaches a node's shell stays one word
+
+FAKE_PROGRAM = '#!/bin/sh\nprintf "%s\\n" "GLOO_SOCKET_IFNAME=$GLOO_SOCKET_IFNAME" "PWD=$PWD"\n'
+
+
+def _hostile_plan(tmp_path, launcher, venv="my venv", container=None):
+    """A plan whose interface would run a command if unquoted, in folders that may hold spaces.
+
+    Built directly, past plan_job's checks: the quoting must hold whatever the plan holds."""
+    layout = NodeLayout(venv=PurePosixPath(tmp_path / venv), work_dir=PurePosixPath(tmp_path / "work dir"))
+    workload = "ddp.py" if launcher == "torchrun" else "mnist.py"
+    return JobPlan(job_id="j1", launcher=launcher, controller="gloo", np=4, hosts=cluster().hosts,
+                   script=WORKLOADS_DIR / workload, script_args=("--note", "a b;c"), layout=layout,
+                   network_interface=f"eth0$(touch${{IFS}}{tmp_path}/pwned)", container=container)
+
+
+def _fake_programs(folder, names):
+    folder.mkdir(parents=True)
+    for name in names:
+        (folder / name).write_text(FAKE_PROGRAM)
+        (folder / name).chmod(0o755)
+
+
+@pytest.mark.parametrize("venv", ["venv", "my venv"])
+@pytest.mark.parametrize("launcher", ["horovod", "mpirun", "torchrun"])
+def test_the_shell_line_keeps_every_value_one_word_and_runs_nothing_else(tmp_path, launcher, venv):
+    p = _hostile_plan(tmp_path, launcher, venv)
+    _fake_programs(tmp_path / venv / "bin", ["horovodrun", "mpirun", "torchrun"])
+    Path(p.job_dir).mkdir(parents=True)
+    commands = launch_commands(p)
+    for _, line in commands:
+        assert f"GLOO_SOCKET_IFNAME={p.network_interface}" in shlex.split(line)
+        run = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=30,
+                             env={"PATH": "/usr/bin:/bin"})
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.splitlines() == [f"GLOO_SOCKET_IFNAME={p.network_interface}", f"PWD={p.job_dir}"]
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_the_container_line_keeps_every_value_one_word_and_runs_nothing_else(tmp_path):
+    p = _hostile_plan(tmp_path, "horovod", container=JobContainer(image="horovod/horovod:0.28.1"))
+    fake_docker = tmp_path / "bin"
+    fake_docker.mkdir()
+    (fake_docker / "docker").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    (fake_docker / "docker").chmod(0o755)
+    ((_, line),) = launch_commands(p)
+    run = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=30,
+                         env={"PATH": f"{fake_docker}:/usr/bin:/bin"})
+    assert run.returncode == 0, run.stderr
+    assert f"GLOO_SOCKET_IFNAME={p.network_interface}" in run.stdout.splitlines()
+    assert not (tmp_path / "pwned").exists()
