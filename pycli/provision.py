@@ -7,6 +7,7 @@ events into per-host state and renders it; `provision()` wires them to `runner.r
 from __future__ import annotations
 
 import json
+import re
 import signal
 import threading
 import time
@@ -28,6 +29,7 @@ from pycli.paths import PROJECT_ROOT, new_run_dir
 SITE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "site.yml"
 # The cache stage alone (site.yml starts with it): every download, checked, no node changed.
 CACHE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "cache.yml"
+TAG_NAME = re.compile(r"[A-Za-z0-9_.:-]+")  # docs/tags.md; nothing a shell or Ansible could split
 
 
 def parse_extra_vars(items: Sequence[str]) -> dict[str, object]:
@@ -92,6 +94,9 @@ def build_request(cluster: Cluster, request: ProvisionRequest) -> runner.RunRequ
         raise BadInput(f"--forks must be at least 1, got {request.forks}")
     if not request.playbook.is_file():
         raise BadInput(f"playbook {request.playbook} does not exist")
+    for flag, tags in (("--tags", request.tags), ("--skip-tags", request.skip_tags)):
+        if tags is not None and not all(TAG_NAME.fullmatch(tag) for tag in tags.split(",")):
+            raise BadInput(f"{flag} {tags!r}: expected tag names separated by commas (letters, digits, _ - . :)")
     offline = {"pycli_offline": True} if request.offline else {}
     return runner.RunRequest(
         inventory=cluster.inventory_path,

@@ -8,6 +8,7 @@ event stream. Artifacts (events as JSON, stdout) stay in the run folder.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -69,7 +70,7 @@ class RunRequest:
         if self.forks:
             kwargs["forks"] = self.forks
         if cmdline:
-            kwargs["cmdline"] = " ".join(cmdline)
+            kwargs["cmdline"] = shlex.join(cmdline)  # ansible-runner shlex-splits it
         return {key: value for key, value in kwargs.items() if value is not None}
 
 

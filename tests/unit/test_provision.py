@@ -89,6 +89,22 @@ def test_request_refuses_zero_forks_and_missing_playbooks(tmp_path):
         build_request(read_from(tmp_path / "hosts.ini"), ProvisionRequest(playbook=tmp_path / "nope.yml"))
 
 
+@pytest.mark.parametrize(("flag", "field", "value"), [
+    ("--tags", "tags", "it's"), ("--skip-tags", "skip_tags", "it's"), ("--tags", "tags", "a b"),
+    ("--skip-tags", "skip_tags", "docker,"), ("--tags", "tags", "x;rm"),
+])
+def test_tags_are_comma_separated_names(tmp_path, flag, field, value):
+    with pytest.raises(BadInput) as caught:
+        build_request(read_from(tmp_path / "hosts.ini"), ProvisionRequest(**{field: value}))
+    assert str(caught.value).startswith(f"{flag} {value!r}:") and "\n" not in str(caught.value)
+
+
+def test_tag_names_may_hold_dots_colons_dashes(tmp_path):
+    asked = ProvisionRequest(tags="openmpi,nvidia_driver,a.b:c-d", skip_tags="docker")
+    request = build_request(read_from(tmp_path / "hosts.ini"), asked)
+    assert (request.tags, request.skip_tags) == ("openmpi,nvidia_driver,a.b:c-d", "docker")
+
+
 def test_offline_tells_the_roles_to_download_nothing(tmp_path):
     request = build_request(read_from(tmp_path / "hosts.ini"), ProvisionRequest(offline=True, extra_vars=("x=2",)))
     assert request.extravars == {"x": "2", "pycli_offline": True}
