@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 failed task or job, 2 bad input, 4 unreachable hosts, 130 in
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,11 @@ class Located:
 def problems_error(source: str, problems: Iterable[str | Located]) -> BadInput:
     """One BadInput for many problems: one line each, every line standing alone."""
     return BadInput("\n".join(str(p) if isinstance(p, Located) else f"{source}: {p}" for p in problems))
+
+
+def warn(message: str) -> None:
+    """Something the user should know that does not stop the command: one line on stderr."""
+    print(f"pycli: warning: {message}", file=sys.stderr)
 
 
 def text_of(data: bytes, label: str) -> str:

@@ -9,7 +9,7 @@ from pycli.cluster_model import Cluster, Host
 from pycli.errors import BadInput
 from pycli.launch_lines import NodeLayout, launch_commands, remote_data_dir, workload_args
 from pycli.nodes import ssh_argv
-from pycli.train import JobRequest, plan_job, stage_items
+from pycli.train import JobRequest, plan_job, read_metrics, stage_items
 
 LAYOUT = NodeLayout()
 
@@ -146,3 +146,11 @@ def test_a_job_needs_a_cluster_read_from_an_inventory(tmp_path):
 
     with pytest.raises(ValueError, match="not read from an inventory"):
         run_job(cluster(), JobRequest(np=2, workload="synthetic"), run_dir=tmp_path, write=lambda line: None)
+
+
+def test_a_half_written_metrics_line_is_skipped_with_a_warning(tmp_path, capsys):
+    # A rank killed mid-write leaves the last line cut short (and maybe a torn UTF-8 byte).
+    (tmp_path / "metrics.jsonl").write_bytes(b'{"epoch": 1, "train_loss": 0.5}\n\n[1]\n{"epoch": 2, "train_lo\xe2\x82')
+    assert read_metrics(tmp_path) == [{"epoch": 1, "train_loss": 0.5}]
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"pycli: warning: {tmp_path / 'metrics.jsonl'}: skipped 2 line(s) that are not a JSON record (first: line 3)"]
