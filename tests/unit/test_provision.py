@@ -77,9 +77,10 @@ def test_request_is_site_yml_with_the_options_given(tmp_path):
     request = build_request(read_from(tmp_path / "hosts.ini"), asked)
     assert request.playbook.name == "site.yml" and request.module is None
     assert request.inventory == tmp_path / "hosts.ini"
-    kwargs = request.runner_kwargs(tmp_path / "run")
-    assert kwargs["limit"] == "node1" and kwargs["forks"] == 5 and kwargs["extravars"] == {"x": "2"}
-    assert kwargs["cmdline"] == "--check --tags openmpi"
+    assert request.extravars == {"x": "2"}
+    kwargs = request.runner_kwargs(tmp_path / "run", extravars_file=tmp_path / "vars.json")
+    assert kwargs["limit"] == "node1" and kwargs["forks"] == 5
+    assert kwargs["cmdline"] == f"-e @{tmp_path / 'vars.json'} --check --tags openmpi"
 
 
 def test_request_refuses_zero_forks_and_missing_playbooks(tmp_path):

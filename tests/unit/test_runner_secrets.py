@@ -1,0 +1,74 @@
+"""What a run folder keeps: no secret of the controller's environment, no extra var value.
+
+The real-run tests run Ansible for real against this machine (`ansible_connection=local`, a
+few seconds each): ansible-runner writes the environment and command line it used into the
+run folder, so only a real run shows what lands there.
+"""
+
+import os
+import stat
+import sys
+import tempfile
+from pathlib import Path
+
+from pycli import runner
+from pycli.paths import new_run_dir
+from pycli.runner import RunRequest, confine_env
+
+CONTROLLER_SECRET = "fake-secret-1234"
+EXTRA_SECRET = "extra-secret-5678"
+
+
+def _local_inventory(tmp_path: Path) -> Path:
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text(f"[nodes]\nnode1 ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    return inventory
+
+
+def _files_holding(folder: Path, *secrets: str) -> list[str]:
+    found = []
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            data = path.read_bytes()
+            found += [f"{path.relative_to(folder)}: {s}" for s in secrets if s.encode() in data]
+    return found
+
+
+def test_ansible_sees_the_allow_list_and_what_pycli_and_ansible_runner_set():
+    controller = {"PATH": "/bin", "HOME": "/root", "AWS_SECRET_ACCESS_KEY": "s", "LC_ALL": "C", "ANSIBLE_FORKS": "9",
+                  "PYCLI_CACHE": "/c", "https_proxy": "http://p:3128", "GITHUB_TOKEN": "t", "AWX_ISOLATED_DATA_DIR": "/old"}
+    prepared = {**controller, "PATH": "/venv/bin:/bin", "ANSIBLE_STDOUT_CALLBACK": "awx_display",
+                "AWX_ISOLATED_DATA_DIR": "/run/artifacts/x", "RUNNER_OMIT_EVENTS": "False"}
+    assert confine_env(prepared, controller) == {
+        "PATH": "/venv/bin:/bin", "HOME": "/root", "LC_ALL": "C", "ANSIBLE_FORKS": "9", "PYCLI_CACHE": "/c",
+        "https_proxy": "http://p:3128", "ANSIBLE_STDOUT_CALLBACK": "awx_display",
+        "AWX_ISOLATED_DATA_DIR": "/run/artifacts/x", "RUNNER_OMIT_EVENTS": "False",
+    }
+
+
+def test_extra_vars_go_by_a_file_not_on_the_command_line(tmp_path):
+    request = RunRequest(inventory=tmp_path / "hosts.ini", module="ping", extravars={"token": EXTRA_SECRET})
+    kwargs = request.runner_kwargs(tmp_path / "run", extravars_file=tmp_path / "vars.json")
+    assert "extravars" not in kwargs and kwargs["suppress_env_files"] is True
+    assert kwargs["cmdline"] == f"-e @{tmp_path / 'vars.json'}"
+    assert EXTRA_SECRET not in repr(kwargs)
+
+
+def test_run_folders_are_private(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYCLI_RUNS", str(tmp_path / "runs"))
+    folder = new_run_dir("provision")
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "runs").stat().st_mode) == 0o700
+
+
+def test_a_real_run_keeps_secrets_out_of_its_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", CONTROLLER_SECRET)
+    run_dir = tmp_path / "run"
+    request = RunRequest(inventory=_local_inventory(tmp_path), module="ansible.builtin.ping", extravars={"token": EXTRA_SECRET})
+    result = runner.run(request, run_dir)
+    assert result.status == "successful" and result.hosts["node1"].ok == 1
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+    assert not _files_holding(run_dir, CONTROLLER_SECRET, EXTRA_SECRET)
+    assert (run_dir / "artifacts").is_dir()  # the run folder was written, and searched
+    assert not list(Path(tempfile.gettempdir()).glob("pycli-extravars-*"))
+
