@@ -1,6 +1,6 @@
 """What a run folder keeps: no secret of the controller's environment, no extra var value.
 
-The real-run tests run Ansible for real against this machine (`ansible_connection=local`, a
+The last two tests run Ansible for real against this machine (`ansible_connection=local`, a
 few seconds each): ansible-runner writes the environment and command line it used into the
 run folder, so only a real run shows what lands there.
 """
@@ -9,14 +9,16 @@ import os
 import stat
 import sys
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from pycli import runner
-from pycli.paths import new_run_dir
+from pycli import containers, runner
+from pycli.cluster_model import Host
+from pycli.paths import PROJECT_ROOT, new_run_dir
 from pycli.runner import RunRequest, confine_env
 
 CONTROLLER_SECRET = "fake-secret-1234"
 EXTRA_SECRET = "extra-secret-5678"
+DOCKER_SECRET = "docker-secret-9012"
 
 
 def _local_inventory(tmp_path: Path) -> Path:
@@ -72,3 +74,29 @@ def test_a_real_run_keeps_secrets_out_of_its_folder(tmp_path, monkeypatch):
     assert (run_dir / "artifacts").is_dir()  # the run folder was written, and searched
     assert not list(Path(tempfile.gettempdir()).glob("pycli-extravars-*"))
 
+
+def test_docker_opt_env_values_stay_out_of_the_run_folder(tmp_path, monkeypatch):
+    # A stand-in `docker` answers the job-container playbook the way a node's Docker would.
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "docker").write_text(
+        "#!/bin/sh\n"
+        'case "$1" in\n'
+        "  version) echo 27.0.0 ;;\n"
+        "  run) echo 0123456789ab ;;\n"
+        "  inspect) echo true ;;\n"
+        "  logs) echo 'Server listening on 0.0.0.0 port 2299.' ;;\n"
+        "esac\n"
+    )
+    (tools / "docker").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    hosts = (Host("node1", "127.0.0.1"),)
+    container = containers.parse_job_container("img:1", 2299, [f"-e TOKEN={DOCKER_SECRET} --env=OTHER={DOCKER_SECRET}"], hosts)
+    work = PurePosixPath(str(tmp_path / "work"))
+    request = RunRequest(
+        inventory=_local_inventory(tmp_path), playbook=PROJECT_ROOT / "playbooks" / "job_container.yml",
+        extravars=containers.playbook_vars(container, "j1", work / "jobs" / "j1", work, "started"),
+    )
+    result = runner.run(request, tmp_path / "run")
+    assert result.status == "successful", result.hosts
+    assert not _files_holding(tmp_path / "run", DOCKER_SECRET)
