@@ -19,12 +19,12 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 
 import yaml
 
-from pycli.errors import BadInput, PycliError
+from pycli.errors import BadInput, Located, PycliError, read_user_text
 from pycli.paths import PROJECT_ROOT, cache_dir
 
 # What a filled cache holds and an export carries (the node image's package cache and the
@@ -44,6 +44,20 @@ def sha256_of(path: Path) -> str:
         for block in iter(lambda: stream.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def read_sha256_lines(
+    text: str, source: str, name_ok: Callable[[str], bool] = lambda name: name.strip() != "", expected: str = "<sha256>  <name>"
+) -> dict[str, str]:
+    """sha256sum's `<sha256>  <name>` lines as {name: sha256}; the first line that is not one
+    (or names what `name_ok` refuses) is BadInput at `source`:line."""
+    found: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        digest, sep, name = line.partition("  ")
+        if not (sep and re.fullmatch(r"[0-9a-f]{64}", digest) and name_ok(name)):
+            raise BadInput(str(Located(f"{source}:{number}", f"not a '{expected}' line")))
+        found[name] = digest
+    return found
 
 
 # --- wheelhouse locks ----------------------------------------------------------------------
@@ -157,16 +171,9 @@ def export_cache(target: Path, root: Path | None = None) -> tuple[int, int]:
     return len(files), size
 
 
-def _read_manifest(text: str) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        digest, _, name = line.partition("  ")
-        parts = PurePosixPath(name).parts
-        if (not re.fullmatch(r"[0-9a-f]{64}", digest) or not parts or parts[0] not in CARRIED
-                or ".." in parts or PurePosixPath(name).is_absolute()):
-            raise BadInput(f"{MANIFEST} line {number} is not 'SHA256  downloads|wheelhouse|artifacts/...'")
-        found[name] = digest
-    return found
+def _carried_name(name: str) -> bool:
+    path = PurePosixPath(name)
+    return bool(path.parts) and path.parts[0] in CARRIED and ".." not in path.parts and not path.is_absolute()
 
 
 def import_cache(source: Path, root: Path | None = None) -> int:
@@ -185,7 +192,10 @@ def import_cache(source: Path, root: Path | None = None) -> int:
             raise BadInput(f"{source} is not a pycli cache export ({exc})") from None
         if not (staging / MANIFEST).is_file():
             raise BadInput(f"{source} is not a pycli cache export (no {MANIFEST})")
-        manifest = _read_manifest((staging / MANIFEST).read_text())
+        label = f"{source}: {MANIFEST}"
+        manifest = read_sha256_lines(
+            read_user_text(staging / MANIFEST, label), label, _carried_name, "SHA256  downloads|wheelhouse|artifacts/..."
+        )
         extracted = {rel.as_posix() for rel in _carried_files(staging)}
         if extracted != set(manifest):
             extra = sorted(extracted ^ set(manifest))

@@ -17,7 +17,7 @@ import typer
 from pycli import hostfiles
 from pycli.cli_options import INVENTORY_OPTION, required_inventory
 from pycli.cluster_model import DEFAULT_SLOTS, DEFAULT_SSH_PORT, Cluster, Host, load_cluster, make_cluster, parse_host_list
-from pycli.errors import BadInput
+from pycli.errors import BadInput, read_user_text, text_of
 from pycli.inventory_writer import HostEntry, render_inventory, write_text_atomically
 
 inventory_app = typer.Typer(help="Write and read cluster inventories (hosts, SSH access, slots).", no_args_is_help=True)
@@ -94,11 +94,10 @@ def _host_lines(hosts: str | None, hosts_file: Path | None, horovod_hosts: str |
         return entries, _shortened(f"horovodrun -H {horovod_hosts}", entries)
     assert hosts_file is not None
     if str(hosts_file) == "-":
-        return hostfiles.parse_hostfile(sys.stdin.read(), source="<stdin>"), "a host list on stdin"
-    try:
-        text = hosts_file.read_text()
-    except OSError as exc:
-        raise BadInput(f"--hosts-file {hosts_file}: cannot read it ({exc.strerror or exc})") from None
+        raw = getattr(sys.stdin, "buffer", None)  # bytes: a locale's decoding would hide binary input
+        text = text_of(raw.read(), "--hosts-file -") if raw else sys.stdin.read()
+        return hostfiles.parse_hostfile(text, source="<stdin>"), "a host list on stdin"
+    text = read_user_text(hosts_file, f"--hosts-file {hosts_file}")
     return hostfiles.parse_hostfile(text, source=str(hosts_file)), f"the host file {hosts_file}"
 
 

@@ -16,7 +16,8 @@ import random
 import struct
 from pathlib import Path
 
-from pycli.errors import PycliError
+from pycli.cache import read_sha256_lines
+from pycli.errors import BadInput, PycliError, read_user_text
 from pycli.inventory_writer import write_text_atomically
 
 IDX_UBYTE = 0x08
@@ -92,8 +93,11 @@ def digits_dataset(cache: Path) -> Path:
 
 
 def _manifest_matches(folder: Path, manifest: Path) -> bool:
-    for line in manifest.read_text().splitlines():
-        digest, name = line.split(maxsplit=1)
+    try:
+        sums = read_sha256_lines(read_user_text(manifest, str(manifest)), str(manifest))
+    except BadInput as exc:
+        raise BadInput(f"{exc}; delete {folder} to have the data made again") from None
+    for name, digest in sums.items():
         path = folder / name.strip()
         if not path.exists() or hashlib.sha256(path.read_bytes()).hexdigest() != digest:
             return False

@@ -6,8 +6,10 @@ Exit codes: 0 ok, 1 failed task or job, 2 bad input, 4 unreachable hosts, 130 in
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -53,3 +55,25 @@ class Located:
 def problems_error(source: str, problems: Iterable[str | Located]) -> BadInput:
     """One BadInput for many problems: one line each, every line standing alone."""
     return BadInput("\n".join(str(p) if isinstance(p, Located) else f"{source}: {p}" for p in problems))
+
+
+def warn(message: str) -> None:
+    """Something the user should know that does not stop the command: one line on stderr."""
+    print(f"pycli: warning: {message}", file=sys.stderr)
+
+
+def text_of(data: bytes, label: str) -> str:
+    """`data` as UTF-8 text; BadInput naming `label` (the option or file as the user gave it) if it is not."""
+    try:
+        return data.decode()
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{label}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
+
+
+def read_user_text(path: Path, label: str) -> str:
+    """The text of a file the user named; one BadInput line when it cannot be read or is not text."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise BadInput(f"{label}: cannot read it ({exc.strerror or exc})") from None
+    return text_of(data, label)

@@ -36,13 +36,15 @@ def runs_dir() -> Path:
 
 
 def new_run_dir(command: str) -> Path:
-    """A fresh runs/<time>-<command>/ folder for one command's artifacts."""
+    """A fresh runs/<time>-<command>/ folder for one command's artifacts, private to its owner
+    (it holds what Ansible printed about the nodes); a runs folder pycli makes is private too."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     base = runs_dir()
+    base.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = base / f"{stamp}-{command}"
     suffix = 1
     while path.exists():
         suffix += 1
         path = base / f"{stamp}-{command}-{suffix}"
-    path.mkdir(parents=True)
+    path.mkdir(mode=0o700)
     return path

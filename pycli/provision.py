@@ -6,11 +6,14 @@ events into per-host state and renders it; `provision()` wires them to `runner.r
 
 from __future__ import annotations
 
+import json
+import re
 import signal
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 
 import yaml
@@ -20,38 +23,54 @@ from rich.table import Table
 
 from pycli import runner
 from pycli.cluster_model import Cluster
-from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, BadInput
+from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, BadInput, read_user_text
 from pycli.paths import PROJECT_ROOT, new_run_dir
 
 SITE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "site.yml"
 # The cache stage alone (site.yml starts with it): every download, checked, no node changed.
 CACHE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "cache.yml"
+TAG_NAME = re.compile(r"[A-Za-z0-9_.:-]+")  # docs/tags.md; nothing a shell or Ansible could split
 
 
 def parse_extra_vars(items: Sequence[str]) -> dict[str, object]:
-    """`-e key=value` (value read as YAML, so `true` and `3` keep their types) or `-e @file.yml`."""
+    """The variables of `-e` options, read as `ansible-playbook -e` reads them, later ones winning.
+
+    `key=value` gives the string as typed (`2.10` stays 2.10, never a float); `@file.yml` and an
+    inline mapping (`'{"nvidia_driver_reboot": false}'`) are YAML, so they keep their types.
+    Every value must survive JSON, the way ansible-runner hands variables to Ansible.
+    """
     found: dict[str, object] = {}
     for item in items:
         if item.startswith("@"):
             path = Path(item[1:])
-            try:
-                loaded = yaml.safe_load(path.read_text())
-            except OSError as exc:
-                raise BadInput(f"-e {item}: cannot read {path}: {exc.strerror}") from None
-            except yaml.YAMLError as exc:
-                raise BadInput(f"-e {item}: {path} is not valid YAML ({str(exc).splitlines()[0]})") from None
-            if not isinstance(loaded, dict):
-                raise BadInput(f"-e {item}: {path} must hold a mapping of variables")
-            found.update(loaded)
-            continue
-        key, sep, value = item.partition("=")
-        if not sep or not key.isidentifier():
-            raise BadInput(f"-e {item!r}: expected key=value (a variable name, '=', a value) or @file.yml")
-        try:
-            found[key] = yaml.safe_load(value) if value else ""
-        except yaml.YAMLError:
+            found.update(_yaml_mapping(read_user_text(path, f"-e {item}"), f"-e {item}", str(path)))
+        elif item.startswith(("{", "[")):
+            found.update(_yaml_mapping(item, f"-e {item!r}", "the value"))
+        else:
+            key, sep, value = item.partition("=")
+            if not sep or not key.isidentifier():
+                raise BadInput(f"-e {item!r}: expected key=value (a variable name, '=', a value), @file.yml or a {{mapping}}")
             found[key] = value
     return found
+
+
+def _yaml_mapping(text: str, label: str, what: str) -> dict[str, object]:
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise BadInput(f"{label}: {what} is not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(loaded, dict):
+        raise BadInput(f"{label}: {what} must hold a mapping of variables")
+    try:  # YAML dates become the text they were written as; what JSON cannot hold is refused
+        return json.loads(json.dumps(loaded, default=_json_value))
+    except (TypeError, ValueError) as exc:
+        raise BadInput(f"{label}: {exc}") from None
+
+
+def _json_value(value: object) -> str:
+    if isinstance(value, date):  # a datetime is a date too
+        return value.isoformat()
+    raise TypeError(f"a YAML {type(value).__name__} ({str(value)[:40]}) cannot be passed to Ansible; quote it")
 
 
 @dataclass(frozen=True)
@@ -63,7 +82,7 @@ class ProvisionRequest:
     tags: str | None = None
     skip_tags: str | None = None
     check: bool = False
-    extra_vars: tuple[str, ...] = ()  # as given: key=value or @file.yml
+    extra_vars: tuple[str, ...] = ()  # as given: key=value, @file.yml or {mapping}
     forks: int | None = None
     verbosity: int = 0
     offline: bool = False  # download nothing: install from the controller cache
@@ -75,6 +94,9 @@ def build_request(cluster: Cluster, request: ProvisionRequest) -> runner.RunRequ
         raise BadInput(f"--forks must be at least 1, got {request.forks}")
     if not request.playbook.is_file():
         raise BadInput(f"playbook {request.playbook} does not exist")
+    for flag, tags in (("--tags", request.tags), ("--skip-tags", request.skip_tags)):
+        if tags is not None and not all(TAG_NAME.fullmatch(tag) for tag in tags.split(",")):
+            raise BadInput(f"{flag} {tags!r}: expected tag names separated by commas (letters, digits, _ - . :)")
     offline = {"pycli_offline": True} if request.offline else {}
     return runner.RunRequest(
         inventory=cluster.inventory_path,

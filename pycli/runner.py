@@ -2,14 +2,20 @@
 
 Commands build a `RunRequest` (pure data, unit-tested), and `run()` hands it to
 ansible-runner with the project's ansible.cfg, collecting per-host results from the
-event stream. Artifacts (events as JSON, stdout) stay in the run folder.
+event stream. Artifacts (events as JSON, stdout) stay in the run folder, which keeps no
+secret: ansible-runner records the environment and command line it ran with there, so
+Ansible gets only the allow-listed part of the controller's environment, and the extra
+vars go by a private file outside the folder, removed after the run.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -17,6 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pycli.paths import PROJECT_ROOT
+
+# What Ansible may see of the controller's environment (ansible-runner would pass it all,
+# and write it into the run folder): names, and prefixes ending in "_".
+ENV_ALLOWED = (
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_", "TMPDIR", "SSH_AUTH_SOCK", "ANSIBLE_", "PYCLI_",
+    "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+    "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR",
+    "PIP_",  # the cache stage runs `pip download` on the controller (a mirror, its CA)
+)
 
 HOST_EVENTS = {
     "runner_on_ok": "ok",
@@ -43,11 +58,17 @@ class RunRequest:
     forks: int | None = None
     verbosity: int = 0
 
-    def runner_kwargs(self, run_dir: Path) -> dict[str, object]:
-        """The keyword arguments for ansible_runner.run(), writing artifacts under `run_dir`."""
+    def runner_kwargs(self, run_dir: Path, extravars_file: Path | None = None) -> dict[str, object]:
+        """The keyword arguments for ansible-runner, writing artifacts under `run_dir`.
+
+        The extra vars are not among them: `run()` writes them to `extravars_file`, named
+        here as `-e @file`, so neither the command line nor the run folder holds a value.
+        """
         if (self.module is None) == (self.playbook is None):
             raise ValueError("a run takes exactly one of module or playbook")
-        cmdline = []
+        if self.extravars and extravars_file is None:
+            raise ValueError("extra vars go to Ansible by a file: pass extravars_file")
+        cmdline = ["-e", f"@{extravars_file}"] if self.extravars else []
         if self.check:
             cmdline.append("--check")
         if self.tags:
@@ -58,6 +79,7 @@ class RunRequest:
             "private_data_dir": str(run_dir),
             "inventory": str(self.inventory.resolve()),
             "envvars": runner_env(),
+            "suppress_env_files": True,  # else env/envvars, env/cmdline... are written into run_dir
             "quiet": self.verbosity == 0,
             "verbosity": self.verbosity or None,
         }
@@ -65,14 +87,12 @@ class RunRequest:
             kwargs.update(module=self.module, module_args=self.module_args, host_pattern=self.pattern)
         else:
             kwargs.update(playbook=str(self.playbook.resolve()), project_dir=str(PROJECT_ROOT))
-        if self.extravars:
-            kwargs["extravars"] = dict(self.extravars)
         if self.limit:
             kwargs["limit"] = self.limit
         if self.forks:
             kwargs["forks"] = self.forks
         if cmdline:
-            kwargs["cmdline"] = " ".join(cmdline)
+            kwargs["cmdline"] = shlex.join(cmdline)  # ansible-runner shlex-splits it
         return {key: value for key, value in kwargs.items() if value is not None}
 
 
@@ -87,6 +107,16 @@ def runner_env() -> dict[str, str]:
         "PATH": tools + os.pathsep + os.environ.get("PATH", ""),
         "ANSIBLE_FORCE_COLOR": "0",
     }
+
+
+def confine_env(env: Mapping[str, str], controller: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """`env` as ansible-runner prepared it, less what it copied unchanged from the controller's
+    environment and ENV_ALLOWED does not name (what pycli or ansible-runner set stays)."""
+
+    def allowed(name: str) -> bool:
+        return any(name.startswith(entry) if entry.endswith("_") else name == entry for entry in ENV_ALLOWED)
+
+    return {name: value for name, value in env.items() if allowed(name) or controller.get(name) != value}
 
 
 @dataclass
@@ -211,9 +241,9 @@ def run(
     (status "canceled"). Without one, Ctrl-C stops the run the same way (Ansible and
     what it started on the nodes' side end cleanly) and then raises KeyboardInterrupt.
     """
-    import ansible_runner  # slow to import; only commands that run Ansible pay for it
+    from ansible_runner.interface import init_runner  # slow to import; only commands that run Ansible pay for it
 
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     hosts: dict[str, HostResult] = {}
 
     def handler(event: Mapping[str, object]) -> bool:
@@ -228,11 +258,23 @@ def run(
         previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
         cancel = interrupted.is_set
     stop = _Cancel(cancel) if cancel is not None else None
+    extravars_file = None
+    if request.extravars:
+        fd, name = tempfile.mkstemp(prefix="pycli-extravars-", suffix=".json")  # 0600
+        extravars_file = Path(name)
+        with os.fdopen(fd, "w") as stream:
+            json.dump(dict(request.extravars), stream)
     try:
-        outcome = ansible_runner.run(event_handler=handler, cancel_callback=stop, **request.runner_kwargs(run_dir))
+        outcome = init_runner(event_handler=handler, cancel_callback=stop, **request.runner_kwargs(run_dir, extravars_file))
+        # ansible-runner seeds the job's environment with all of os.environ (and records it
+        # in artifacts/<ident>/command); this is the one point between preparing and running.
+        outcome.config.env = confine_env(outcome.config.env)
+        outcome.run()
     finally:
         if own_sigint:
             signal.signal(signal.SIGINT, previous)
+        if extravars_file is not None:
+            extravars_file.unlink(missing_ok=True)
     if interrupted.is_set():
         raise KeyboardInterrupt
     # Ansible that ended by itself on SIGINT reports a failure: the run was still cancelled.

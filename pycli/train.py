@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 from pycli import containers, runner
 from pycli.cluster_model import INTERFACE_VAR, Cluster, interface_problem
 from pycli.containers import JobContainer
-from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, BadInput, PycliError, Unreachable
+from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, BadInput, PycliError, Unreachable, warn
 from pycli.hostfiles import fill_slots, render_hostfile
 from pycli.launch_lines import (
     HOROVOD_CONTROLLERS,
@@ -342,7 +342,21 @@ def read_metrics(results: Path) -> list[dict]:
     metrics = results / "metrics.jsonl"
     if not metrics.exists():
         return []
-    return [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    records, skipped = [], []
+    for number, line in enumerate(metrics.read_text(errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if isinstance(record, dict):
+            records.append(record)
+        else:  # a rank killed mid-write leaves half a line
+            skipped.append(number)
+    if skipped:
+        warn(f"{metrics}: skipped {len(skipped)} line(s) that are not a JSON record (first: line {skipped[0]})")
+    return records
 
 
 def summary_line(records: Sequence[dict]) -> str | None:

@@ -122,6 +122,20 @@ def test_a_tampered_export_imports_nothing(tmp_path):
         cache.import_cache(tmp_path / "bad.tar", tmp_path / "offline")
     assert not (tmp_path / "offline" / "wheelhouse").exists()
 
+@pytest.mark.parametrize(("manifest", "message"), [
+    (b"\xff\xfe\n", "MANIFEST.sha256: not UTF-8 text"),
+    (b"nonsense\n", "MANIFEST.sha256:1: "),
+    (b"0" * 64 + b"  images/node.tar\n", "MANIFEST.sha256:1: "),
+])
+def test_a_corrupt_manifest_is_one_line(tmp_path, manifest, message):
+    with tarfile.open(tmp_path / "bad.tar", "w") as tar:
+        info = tarfile.TarInfo(cache.MANIFEST)
+        info.size = len(manifest)
+        tar.addfile(info, io.BytesIO(manifest))
+    with pytest.raises(BadInput) as caught:
+        cache.import_cache(tmp_path / "bad.tar", tmp_path / "offline")
+    assert str(caught.value).startswith(f"{tmp_path / 'bad.tar'}: {message}") and "\n" not in str(caught.value)
+
 def test_an_empty_cache_has_nothing_to_export(tmp_path):
     with pytest.raises(BadInput, match="holds nothing to export"):
         cache.export_cache(tmp_path / "x.tar", tmp_path / "empty")

@@ -158,6 +158,13 @@ def test_round_trip_hosts_inventory_hostfile_inventory(capsys, tmp_path, format_
 # ------------------------------------------------------------------ every bad input: exit 2, one clear line each
 
 
+def test_binary_stdin_is_one_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"h1\n\xff\xfe\n"), encoding="utf-8"))
+    code, out, err = pycli(capsys, "inventory", "new", "-o", tmp_path / "s.ini", "--hosts-file", "-")
+    assert (code, out) == (EXIT_BAD_INPUT, "")
+    assert err == "pycli: error: --hosts-file -: not UTF-8 text (byte 0xff at offset 3)\n"
+
+
 NEW = ["inventory", "new", "-o", "{tmp}/new.ini"]
 # id -> (arguments, with {tmp} for the test's folder, which error_files fills; what stderr says)
 CLI_ERRORS: dict[str, tuple[list[str], str]] = {
@@ -180,6 +187,7 @@ CLI_ERRORS: dict[str, tuple[list[str], str]] = {
     "new: slots zero": ([*NEW, "--hosts", "a", "--slots", "0"], "Invalid value for '--slots'"),
     "new: missing key": ([*NEW, "--hosts", "a", "--key", "{tmp}/nokey"], "no such file"),
     "new: missing hosts file": ([*NEW, "--hosts-file", "{tmp}/nofile"], "cannot read it"),
+    "new: binary hosts file": ([*NEW, "--hosts-file", "{tmp}/binary.hostfile"], "{tmp}/binary.hostfile: not UTF-8 text (byte 0xff at offset 3)"),
     "new: bad hostfile line": ([*NEW, "--hosts-file", "{tmp}/bad.hostfile"], "{tmp}/bad.hostfile:1: host 'a': slots must be a positive integer"),
     "new: bad -H": ([*NEW, "--horovod-hosts", "a:x"], "-H 'a:x': host 'a': slots must be a positive integer"),
 }
@@ -193,8 +201,9 @@ def error_case(request, tmp_path) -> tuple[list[str], str]:
         "empty.ini": "[nodes]\n",
         "existing.ini": "x\n",
         "bad.hostfile": "a slots=0\n",
+        "binary.hostfile": b"a\nb\xff\n",
     }.items():
-        (tmp_path / name).write_text(text)
+        (tmp_path / name).write_bytes(text if isinstance(text, bytes) else text.encode())
     args, fragment = CLI_ERRORS[request.param]
     return [arg.format(tmp=tmp_path) for arg in args], fragment.format(tmp=tmp_path)
 

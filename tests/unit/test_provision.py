@@ -1,5 +1,7 @@
 """The pure parts of `pycli provision`: extra vars, the run request, the per-host view."""
 
+import json
+
 import pytest
 
 from pycli.errors import EXIT_INTERRUPTED, BadInput
@@ -7,11 +9,47 @@ from pycli.cluster_model import Cluster, Host
 from pycli.provision import ProvisionRequest, ProvisionView, build_request, exit_code, parse_extra_vars
 
 
-def test_extra_vars_keep_yaml_types_and_read_files(tmp_path):
+def test_extra_vars_are_strings_as_given_and_files_keep_their_yaml_types(tmp_path):
     extra = tmp_path / "vars.yml"
     extra.write_text("openmpi_version: 4.1.8\nhorovod_gloo: true\n")
     found = parse_extra_vars(["a=1", "b=true", "c=hello world", "d=", f"@{extra}"])
-    assert found == {"a": 1, "b": True, "c": "hello world", "d": "", "openmpi_version": "4.1.8", "horovod_gloo": True}
+    assert found == {"a": "1", "b": "true", "c": "hello world", "d": "", "openmpi_version": "4.1.8", "horovod_gloo": True}
+
+
+def test_key_value_is_never_read_as_yaml():
+    # As `ansible-playbook -e key=value`: 2.10 stays 2.10 (not the float 2.1), 12:30 is no
+    # sexagesimal 750, a date stays text that can be serialised.
+    found = parse_extra_vars(["horovod_torch_version=2.10", "t=12:30", "d=2024-01-01", "e=a=b", "n=null"])
+    assert found == {"horovod_torch_version": "2.10", "t": "12:30", "d": "2024-01-01", "e": "a=b", "n": "null"}
+
+
+def test_an_inline_mapping_is_read_as_ansible_reads_one():
+    found = parse_extra_vars(['{"nvidia_driver_reboot": false, "slots": 2}', "x=1"])
+    assert found == {"nvidia_driver_reboot": False, "slots": 2, "x": "1"}
+
+
+def test_a_vars_file_with_dates_becomes_json_safe(tmp_path):
+    extra = tmp_path / "vars.yml"
+    extra.write_text("day: 2024-01-01\nwhen: 2024-01-01 10:20:30\nnested: [{d: 2023-12-31}]\n")
+    found = parse_extra_vars([f"@{extra}"])
+    assert found == {"day": "2024-01-01", "when": "2024-01-01T10:20:30", "nested": [{"d": "2023-12-31"}]}
+    json.dumps(found)
+
+
+@pytest.mark.parametrize("text", ["blob: !!binary aGVsbG8=\n", "s: !!set {a: null}\n", "2024-01-01: x\n"])
+def test_a_vars_file_ansible_cannot_take_is_one_line(tmp_path, text):
+    extra = tmp_path / "vars.yml"
+    extra.write_text(text)
+    with pytest.raises(BadInput) as caught:
+        parse_extra_vars([f"@{extra}"])
+    assert str(caught.value).startswith(f"-e @{extra}: ") and "\n" not in str(caught.value)
+
+
+def test_a_binary_vars_file_is_one_line(tmp_path):
+    extra = tmp_path / "vars.bin"
+    extra.write_bytes(b"\xff\xfe\x00bad")
+    with pytest.raises(BadInput, match="not UTF-8 text"):
+        parse_extra_vars([f"@{extra}"])
 
 
 @pytest.mark.parametrize(
@@ -39,9 +77,10 @@ def test_request_is_site_yml_with_the_options_given(tmp_path):
     request = build_request(read_from(tmp_path / "hosts.ini"), asked)
     assert request.playbook.name == "site.yml" and request.module is None
     assert request.inventory == tmp_path / "hosts.ini"
-    kwargs = request.runner_kwargs(tmp_path / "run")
-    assert kwargs["limit"] == "node1" and kwargs["forks"] == 5 and kwargs["extravars"] == {"x": 2}
-    assert kwargs["cmdline"] == "--check --tags openmpi"
+    assert request.extravars == {"x": "2"}
+    kwargs = request.runner_kwargs(tmp_path / "run", extravars_file=tmp_path / "vars.json")
+    assert kwargs["limit"] == "node1" and kwargs["forks"] == 5
+    assert kwargs["cmdline"] == f"-e @{tmp_path / 'vars.json'} --check --tags openmpi"
 
 
 def test_request_refuses_zero_forks_and_missing_playbooks(tmp_path):
@@ -51,9 +90,25 @@ def test_request_refuses_zero_forks_and_missing_playbooks(tmp_path):
         build_request(read_from(tmp_path / "hosts.ini"), ProvisionRequest(playbook=tmp_path / "nope.yml"))
 
 
+@pytest.mark.parametrize(("flag", "field", "value"), [
+    ("--tags", "tags", "it's"), ("--skip-tags", "skip_tags", "it's"), ("--tags", "tags", "a b"),
+    ("--skip-tags", "skip_tags", "docker,"), ("--tags", "tags", "x;rm"),
+])
+def test_tags_are_comma_separated_names(tmp_path, flag, field, value):
+    with pytest.raises(BadInput) as caught:
+        build_request(read_from(tmp_path / "hosts.ini"), ProvisionRequest(**{field: value}))
+    assert str(caught.value).startswith(f"{flag} {value!r}:") and "\n" not in str(caught.value)
+
+
+def test_tag_names_may_hold_dots_colons_dashes(tmp_path):
+    asked = ProvisionRequest(tags="openmpi,nvidia_driver,a.b:c-d", skip_tags="docker")
+    request = build_request(read_from(tmp_path / "hosts.ini"), asked)
+    assert (request.tags, request.skip_tags) == ("openmpi,nvidia_driver,a.b:c-d", "docker")
+
+
 def test_offline_tells_the_roles_to_download_nothing(tmp_path):
     request = build_request(read_from(tmp_path / "hosts.ini"), ProvisionRequest(offline=True, extra_vars=("x=2",)))
-    assert request.extravars == {"x": 2, "pycli_offline": True}
+    assert request.extravars == {"x": "2", "pycli_offline": True}
 
 
 class Clock:

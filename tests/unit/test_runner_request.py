@@ -1,5 +1,6 @@
 """The pure half of the ansible-runner adapter: requests in, runner arguments and results out."""
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,16 @@ def test_playbook_request_carries_limit_tags_check_and_vars(tmp_path):
         inventory=tmp_path / "hosts.ini", playbook=Path("playbooks/site.yml"),
         limit="node1", tags="openmpi,horovod", skip_tags="docker", check=True, forks=10, extravars={"a": 1},
     )
-    kwargs = request.runner_kwargs(tmp_path / "run")
+    kwargs = request.runner_kwargs(tmp_path / "run", extravars_file=tmp_path / "vars.json")
     assert kwargs["playbook"].endswith("playbooks/site.yml")
-    assert kwargs["limit"] == "node1" and kwargs["forks"] == 10 and kwargs["extravars"] == {"a": 1}
-    assert kwargs["cmdline"] == "--check --tags openmpi,horovod --skip-tags docker"
+    assert kwargs["limit"] == "node1" and kwargs["forks"] == 10
+    assert kwargs["cmdline"] == f"-e @{tmp_path / 'vars.json'} --check --tags openmpi,horovod --skip-tags docker"
+
+
+def test_cmdline_is_quoted_so_ansible_runner_splits_it_back_as_built(tmp_path):
+    request = RunRequest(inventory=tmp_path / "hosts.ini", playbook=Path("site.yml"), tags="it's", skip_tags="a b")
+    cmdline = request.runner_kwargs(tmp_path / "run")["cmdline"]
+    assert shlex.split(cmdline) == ["--tags", "it's", "--skip-tags", "a b"]
 
 
 def test_request_needs_exactly_one_of_module_and_playbook(tmp_path):

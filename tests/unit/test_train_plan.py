@@ -13,7 +13,7 @@ from pycli.errors import BadInput
 from pycli.containers import JobContainer
 from pycli.launch_lines import WORKLOADS_DIR, JobPlan, NodeLayout, launch_commands, remote_data_dir, workload_args
 from pycli.nodes import ssh_argv
-from pycli.train import JobRequest, plan_job, stage_items
+from pycli.train import JobRequest, plan_job, read_metrics, stage_items
 
 LAYOUT = NodeLayout()
 
@@ -242,3 +242,11 @@ def test_the_container_line_keeps_every_value_one_word_and_runs_nothing_else(tmp
     assert run.returncode == 0, run.stderr
     assert f"GLOO_SOCKET_IFNAME={p.network_interface}" in run.stdout.splitlines()
     assert not (tmp_path / "pwned").exists()
+
+
+def test_a_half_written_metrics_line_is_skipped_with_a_warning(tmp_path, capsys):
+    # A rank killed mid-write leaves the last line cut short (and maybe a torn UTF-8 byte).
+    (tmp_path / "metrics.jsonl").write_bytes(b'{"epoch": 1, "train_loss": 0.5}\n\n[1]\n{"epoch": 2, "train_lo\xe2\x82')
+    assert read_metrics(tmp_path) == [{"epoch": 1, "train_loss": 0.5}]
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"pycli: warning: {tmp_path / 'metrics.jsonl'}: skipped 2 line(s) that are not a JSON record (first: line 3)"]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from pycli.errors import BadInput
 from pycli.datasets import MNIST_NAMES, digits_dataset, idx_bytes, read_idx_header, split_digits, read_digits
 
 WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
@@ -141,3 +142,17 @@ def test_synthetic_benchmark_reports_throughput_with_its_spread(tmp_path):
     assert "1 CPU thread(s) on rank 0" in proc.stdout
     record = json.loads((tmp_path / "s.jsonl").read_text())
     assert record["total_img_per_s"] > 0 and record["img_per_s_per_rank_ci95"] >= 0
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    (b"garbage\n", 1),
+    (b"0" * 64 + b"  train-images-idx3-ubyte\n" + b"abc  t10k\n", 2),
+    (b"\xff\xfe", None),
+])
+def test_a_corrupt_sha256sums_is_one_line_naming_it(tmp_path, text, line):
+    folder = digits_dataset(tmp_path)
+    (folder / "SHA256SUMS").write_bytes(text)
+    with pytest.raises(BadInput) as caught:
+        digits_dataset(tmp_path)
+    message = str(caught.value)
+    assert message.startswith(f"{folder / 'SHA256SUMS'}{f':{line}' if line else ''}: ") and "\n" not in message
