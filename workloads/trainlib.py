@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import gzip
 import json
 import math
@@ -33,6 +34,9 @@ SPLITS = {
 IDX_UBYTE = 0x08
 # How many ranks run on this node, as each launcher says: mpirun (and horovodrun over MPI),
 # horovodrun with Gloo, torchrun.
+# torch.distributed ranks meet here after tearing their process group down (TorchComm.close).
+CLOSED_KEY = "pycli/closed"
+CLOSE_TIMEOUT_S = 60
 LOCAL_SIZE_VARIABLES = ("OMPI_COMM_WORLD_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", "LOCAL_WORLD_SIZE")
 
 
@@ -259,9 +263,18 @@ class TorchComm:
         return found
 
     def close(self) -> None:
-        # Every rank done with every collective before any rank tears its connections down.
+        # DDP's reducer lives in a reference cycle: free it (and the Gloo work it holds) now,
+        # while the interpreter is whole; freed at exit it can abort the process (SIGABRT).
+        gc.collect()
+        # Every rank done with every collective before any rank tears its connections down,
+        # and none exits (closing its sockets) while another still tears its group down.
         self.dist.barrier()
+        store = self.dist.distributed_c10d._get_default_store()
         self.dist.destroy_process_group()
+        store.add(CLOSED_KEY, 1)
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S
+        while store.add(CLOSED_KEY, 0) < self.size and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 # --- metrics and checkpoints -------------------------------------------------------------
