@@ -293,3 +293,23 @@ def _ini_lines_set_twice(inventory: Any, as_given: _AsGiven) -> list[Located]:
     for group in inventory.groups.values():
         problems += twice(f"group '{group.name}'", group.vars)
     return problems
+
+
+def hosts_matching(path: Path, limit: str) -> list[str]:
+    """The hosts of the inventory that `--limit limit` leaves, as Ansible reads the pattern
+    (groups, wildcards, `!` and `&`, `~regex`, `@file`, the implicit localhost)."""
+    from ansible._internal._display_utils import DeferredWarningContext
+    from ansible.errors import AnsibleError
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    from pycli.errors import BadInput
+
+    with DeferredWarningContext(variables={}):  # "could not match ..." is pycli's to say
+        try:
+            inventory = InventoryManager(loader=DataLoader(), sources=[str(path.resolve())])
+            implicit = [host.name for host in inventory.list_hosts(limit) if host.implicit]
+            inventory.subset(limit)
+            return [host.name for host in inventory.get_hosts("all")] + implicit
+        except AnsibleError as exc:
+            raise BadInput(f"--limit {limit!r}: {str(exc).splitlines()[0]}") from None

@@ -22,6 +22,7 @@ from rich.live import Live
 from rich.table import Table
 
 from pycli import runner
+from pycli.ansible_inventory import hosts_matching
 from pycli.cluster_model import Cluster
 from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, BadInput, read_user_text
 from pycli.paths import PROJECT_ROOT, new_run_dir
@@ -97,6 +98,8 @@ def build_request(cluster: Cluster, request: ProvisionRequest) -> runner.RunRequ
     for flag, tags in (("--tags", request.tags), ("--skip-tags", request.skip_tags)):
         if tags is not None and not all(TAG_NAME.fullmatch(tag) for tag in tags.split(",")):
             raise BadInput(f"{flag} {tags!r}: expected tag names separated by commas (letters, digits, _ - . :)")
+    if request.limit is not None and not hosts_matching(cluster.inventory_path, request.limit):
+        raise BadInput(f"--limit {request.limit!r} matches no host of {cluster.inventory_path}")
     offline = {"pycli_offline": True} if request.offline else {}
     return runner.RunRequest(
         inventory=cluster.inventory_path,

@@ -46,6 +46,7 @@ def test_an_unreachable_host_exits_4(local_cluster, tmp_path):
         (["/nonexistent/inventory.ini"], "no such inventory"),
         (["{inventory}", "--forks", "0"], "--forks must be at least 1"),
         (["{inventory}", "-e", "=1"], "expected key=value"),
+        (["{inventory}", "--limit", "nosuchhost"], "--limit 'nosuchhost' matches no host"),
     ],
 )
 def test_bad_input_is_exit_2_and_leaves_no_run_folder(local_cluster, tmp_path, args, message):

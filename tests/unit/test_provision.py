@@ -69,7 +69,24 @@ def test_extra_vars_file_must_hold_a_mapping(tmp_path):
 
 
 def read_from(inventory):
-    return Cluster(hosts=(Host("node1", "10.0.0.1"),), launcher="node1", inventory=inventory)
+    inventory.write_text("[nodes]\nnode1 ansible_host=10.0.0.1\nnode2 ansible_host=10.0.0.2\n")
+    return Cluster(hosts=(Host("node1", "10.0.0.1"), Host("node2", "10.0.0.2")), launcher="node1", inventory=inventory)
+
+
+@pytest.mark.parametrize("limit", ["node1", "node*", "!node1", "nodes:&node2", "~node[12]", "node1,ghost", "localhost"])
+def test_a_limit_that_leaves_a_host_is_taken(tmp_path, limit):
+    assert build_request(read_from(tmp_path / "hosts.ini"), ProvisionRequest(limit=limit)).limit == limit
+
+
+@pytest.mark.parametrize(("limit", "message"), [
+    ("nosuchhost", "--limit 'nosuchhost' matches no host of"),
+    ("all:!node1:!node2", "matches no host of"),
+    ("@/nonexistent/retry", "--limit '@/nonexistent/retry': Unable to find limit file"),
+])
+def test_a_limit_that_leaves_no_host_is_bad_input(tmp_path, capsys, limit, message):
+    with pytest.raises(BadInput, match=message.replace("[", r"\[")):
+        build_request(read_from(tmp_path / "hosts.ini"), ProvisionRequest(limit=limit))
+    assert capsys.readouterr().err == ""  # Ansible's own warning is not printed beside pycli's line
 
 
 def test_request_is_site_yml_with_the_options_given(tmp_path):
