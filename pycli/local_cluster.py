@@ -32,6 +32,7 @@ from pycli.local_plan import (
     cluster_state_dir,
     default_inventory_path,
     network_name,
+    parse_subnet,
     pick_subnet,
     plan_cluster,
     render_local_inventory,
@@ -146,6 +147,7 @@ def up(
     validate_name(name)
     validate_node_count(count)
     validate_slots(slots)
+    asked_subnet = parse_subnet(subnet) if subnet else None
     inventory = inventory or default_inventory_path(name)
     from pycli.dockerapi import connect
 
@@ -170,11 +172,8 @@ def up(
         raise BadInput(f"docker network {network_name(name)} already exists; remove it or choose another --name")
     except NotFound:
         pass
-    if subnet:
-        try:
-            chosen = ipaddress.ip_network(subnet)
-        except ValueError as exc:
-            raise BadInput(f"--subnet {subnet!r}: {exc}") from None
+    if asked_subnet:
+        chosen = asked_subnet
         if any(chosen.overlaps(other) for other in _taken_subnets(client)):
             raise BadInput(f"--subnet {chosen} overlaps a docker network that exists; choose another")
     else:

@@ -25,6 +25,9 @@ DEFAULT_SLOTS = 4
 # Local clusters get a /24 each out of this block, picked from the cluster's name.
 SUBNET_POOL = ipaddress.ip_network("172.28.0.0/16")
 FIRST_NODE_OFFSET = 10
+# A subnet the user names: IPv4 (Docker's bridge and the inventory speak IPv4 here), no larger
+# than a /16 and no smaller than a /28 (16 addresses: the gateway, the offset, a few nodes).
+SUBNET_PREFIXES = range(16, 29)
 INVENTORY_HEADER = "pycli local cluster"
 INVENTORY_MARKER = f"# {INVENTORY_HEADER}"
 
@@ -86,16 +89,36 @@ def pick_subnet(name: str, taken: list[ipaddress.IPv4Network]) -> ipaddress.IPv4
     raise PycliError(f"no free /24 left in {SUBNET_POOL} for a new local cluster; pass --subnet")
 
 
+def _check_subnet(text: str, subnet: ipaddress.IPv4Network | ipaddress.IPv6Network) -> None:
+    if subnet.version != 4:
+        raise BadInput(f"--subnet {text!r}: IPv4 only, e.g. 172.28.7.0/24")
+    if subnet.prefixlen not in SUBNET_PREFIXES:
+        raise BadInput(f"--subnet {text!r}: a prefix from /{SUBNET_PREFIXES[0]} to /{SUBNET_PREFIXES[-1]}, "
+                       f"not /{subnet.prefixlen}")
+
+
+def parse_subnet(text: str) -> ipaddress.IPv4Network:
+    """The --subnet a user gave: an IPv4 network of bounded size, or BadInput in one line."""
+    try:
+        subnet = ipaddress.ip_network(text)
+    except ValueError as exc:
+        raise BadInput(f"--subnet {text!r}: {exc}") from None
+    _check_subnet(text, subnet)
+    return subnet
+
+
 def plan_cluster(name: str, count: int, subnet: ipaddress.IPv4Network, slots: int = DEFAULT_SLOTS) -> ClusterPlan:
     """Names and addresses of every node: pure, so it can be checked before anything is made."""
     validate_name(name)
     validate_node_count(count)
     validate_slots(slots)
+    _check_subnet(str(subnet), subnet)
     if subnet.num_addresses < FIRST_NODE_OFFSET + count + 2:
         raise BadInput(f"subnet {subnet} is too small for {count} nodes")
-    hosts = list(subnet.hosts())
+    # Counted from the network's address, never by listing the subnet's hosts.
     nodes = tuple(
-        NodePlan(hostname=f"node{i}", container=f"pycli-{name}-node{i}", address=str(hosts[FIRST_NODE_OFFSET + i - 1]))
+        NodePlan(hostname=f"node{i}", container=f"pycli-{name}-node{i}",
+                 address=str(subnet.network_address + FIRST_NODE_OFFSET + i))
         for i in range(1, count + 1)
     )
     return ClusterPlan(name=name, network=network_name(name), subnet=subnet, nodes=nodes, slots=slots)
