@@ -30,6 +30,9 @@ FIRST_NODE_OFFSET = 10
 SUBNET_PREFIXES = range(16, 29)
 INVENTORY_HEADER = "pycli local cluster"
 INVENTORY_MARKER = f"# {INVENTORY_HEADER}"
+# The variable of a local cluster's inventory that names the cluster it belongs to.
+OWNER_VARIABLE = "pycli_local_cluster"
+_OWNER_LINE = re.compile(rf"^{OWNER_VARIABLE}=(['\"]?)([^'\"\s]+)\1\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,33 @@ def default_inventory_path(name: str) -> Path:
 
 def cluster_state_dir(name: str) -> Path:
     return state_dir() / "clusters" / name
+
+
+def cluster_lock_path(name: str) -> Path:
+    """The lock `cluster up` and `cluster down` hold while they change cluster `name`.
+
+    Beside the cluster's state folder, not in it: `down` removes that folder, and a lock
+    file must outlive its holders to keep them apart."""
+    return state_dir() / "locks" / f"cluster-{name}.lock"
+
+
+def inventory_owner(text: str) -> str | None:
+    """The local cluster an inventory belongs to, as its own variable says (None: no cluster)."""
+    found = _OWNER_LINE.search(text)
+    return found.group(2) if found else None
+
+
+def check_inventory_owner(path: Path, text: str | None, name: str) -> None:
+    """Cluster `name` may write (and later remove) the inventory at `path`, whose text is `text`
+    (None: there is no file): only its own, never a file of another cluster or of a person."""
+    if text is None:
+        return
+    if INVENTORY_MARKER not in text:
+        raise BadInput(f"{path} exists and was not written by pycli; pass another --inventory")
+    owner = inventory_owner(text)
+    if owner != name:
+        whose = f"of local cluster {owner!r}" if owner else "of a local cluster it does not name"
+        raise BadInput(f"{path} is the inventory {whose}; pass another --inventory for cluster {name!r}")
 
 
 def network_name(name: str) -> str:
@@ -177,7 +207,7 @@ def render_local_inventory(plan: ClusterPlan, key: Path, known_hosts: Path, ca_b
             "ansible_ssh_common_args": f"-o UserKnownHostsFile={known_hosts}",
             "slots": plan.slots,
             "pycli_network_interface": "eth0",
-            "pycli_local_cluster": plan.name,
+            OWNER_VARIABLE: plan.name,
             **bed_vars,
         },
         var_comments={
