@@ -1,17 +1,16 @@
 """Role common and /etc/pip.conf: it sets the one key it owns and leaves the user's own settings.
 
-The role's own task arguments run here through Ansible's module on a temporary file (the
-module is what a node runs), so what is checked is what the role does, changed status included."""
+The role's own task runs here through Ansible on a temporary file instead of /etc/pip.conf,
+so what is checked is what the role does, changed status included."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
+from tests.conftest import run_tasks_locally
+
 ROOT = Path(__file__).resolve().parents[2]
-ANSIBLE = Path(sys.executable).with_name("ansible")
 PIP_CONF = "/etc/pip.conf"
 USERS_OWN = "[global]\nindex-url = https://mirror.example/simple\ntimeout = 60\n\n[install]\nno-compile = true\n"
 
@@ -25,16 +24,11 @@ def run_task_on(path: Path, tmp_path: Path) -> tuple[bool, str]:
     """Run the role's pip.conf task against `path` on this machine: (changed, the file after)."""
     (task,) = pip_conf_tasks()
     # Only a module whose path is the one to change: never one that would write this machine's /etc.
-    assert set(task) & {"community.general.ini_file"}, task
-    args = {**task["community.general.ini_file"], "path": str(path)}
-    module = "community.general.ini_file"
-    proc = subprocess.run(
-        [str(ANSIBLE), "localhost", "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}",
-         "-m", module, "-a", json.dumps(args)],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout.startswith("localhost | CHANGED"), path.read_text()
+    assert "community.general.ini_file" in task, task
+    task = {**task, "community.general.ini_file": {**task["community.general.ini_file"], "path": str(path)}}
+    (result,) = run_tasks_locally([task], {}, tmp_path)
+    assert not result.get("failed"), result
+    return result["changed"], path.read_text()
 
 
 def test_only_one_task_touches_pip_conf_and_it_sets_keys_not_the_whole_file():
