@@ -43,7 +43,7 @@ def up_cmd(
         DEFAULT_SLOTS, "--slots", help="Processes per node that --np fills (ranks share the machine's cores).",
     ),
     name: str = NAME,
-    subnet: str | None = typer.Option(None, "--subnet", help="IPv4 subnet of the cluster's network (default: a free /24 of 172.28.0.0/16)."),
+    subnet: str | None = typer.Option(None, "--subnet", help="IPv4 subnet of the cluster's network, /16 to /28 (default: a free /24 of 172.28.0.0/16)."),
     inventory: Path | None = typer.Option(None, "--inventory", "-i", help="Where to write the inventory (default: inventory/local-NAME.ini)."),
     ca_bundle: Path | None = CA_BUNDLE,
     mirror: str = MIRROR,

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from pycli.cluster_model import Cluster
 from pycli.node_facts import NodeFacts
@@ -36,14 +36,35 @@ def parse_iperf3(output: str) -> float:
     return float(data["end"]["sum_received"]["bits_per_second"])
 
 
-def tcp_commands(server_address: str, seconds: int, pidfile: str) -> tuple[str, str, str]:
-    """(start the one-shot server, run the client with retries, stop a server left waiting)."""
-    server = shlex.join(["iperf3", "-s", "-1", "-D", "-p", str(IPERF3_PORT), "-I", pidfile])
+# The server's pidfile lives in a folder only its user can enter, made anew by mktemp on the node:
+# a fixed name in /tmp could be planted by anyone there, and `kill $(cat pidfile)` would obey it.
+_SERVER_FOLDER = "pycli-iperf3.XXXXXXXX"
+_SERVER_FOLDER_NAME = re.compile(r"pycli-iperf3\.[A-Za-z0-9]{8}")
+
+
+def tcp_commands(server_address: str, seconds: int) -> tuple[str, str]:
+    """(start the one-shot server and print its private folder, run the client with retries)."""
+    server_argv = shlex.join(["iperf3", "-s", "-1", "-D", "-p", str(IPERF3_PORT), "-I"])
+    server = (f"folder=$(mktemp -d -t {_SERVER_FOLDER}) || exit 1; "
+              f'if {server_argv} "$folder/pid"; then printf "%s\\n" "$folder"; '
+              'else code=$?; rm -rf "$folder"; exit $code; fi')
     client_argv = shlex.join(["iperf3", "-c", server_address, "-p", str(IPERF3_PORT), "-t", str(seconds), "-J"])
     client = (f"for attempt in 1 2 3 4 5; do out=$({client_argv} 2>&1) && break; sleep 1; done; "
               'printf "%s\\n" "$out"')
-    stop = f'if [ -f {shlex.quote(pidfile)} ]; then kill "$(cat {shlex.quote(pidfile)})" 2>/dev/null; rm -f {shlex.quote(pidfile)}; fi; true'
-    return server, client, stop
+    return server, client
+
+
+def tcp_stop_command(folder: str) -> str:
+    """Stop a server left waiting and remove its folder; `folder` is what the start line printed.
+
+    ValueError unless it is an absolute path to a folder that line makes, so a stray answer
+    can never become an `rm -rf` of something else."""
+    path = PurePosixPath(folder)
+    if (not path.is_absolute() or str(path) != folder or any(part in (".", "..") for part in path.parts)
+            or not re.fullmatch(r"[\w./-]+", folder) or not _SERVER_FOLDER_NAME.fullmatch(path.name)):
+        raise ValueError(f"{folder!r} is not a folder the iperf3 start line makes")
+    quoted, pidfile = shlex.quote(folder), shlex.quote(f"{folder}/pid")
+    return f'if [ -f {pidfile} ]; then kill "$(cat {pidfile})" 2>/dev/null; fi; rm -rf {quoted}; true'
 
 
 def measure_tcp(cluster: Cluster, facts: Mapping[str, NodeFacts], run_dir: Path, seconds: int) -> TcpLink:
@@ -56,13 +77,16 @@ def measure_tcp(cluster: Cluster, facts: Mapping[str, NodeFacts], run_dir: Path,
     if missing:
         return TcpLink(client.name, server.name, None,
                        note=f"raw TCP not measured: iperf3 is not installed on {', '.join(missing)}")
-    pidfile = f"/tmp/pycli-bench-iperf3-{os.getpid()}.pid"
-    start, measure, stop = tcp_commands(server.address, seconds, pidfile)
+    start, measure = tcp_commands(server.address, seconds)
     folder = run_dir / "iperf3"
+    started = run_on_nodes(cluster, [server.name], folder / "server", start)[server.name]
+    if not started.ok:
+        return TcpLink(client.name, server.name, None, note=f"raw TCP not measured: iperf3 -s on {server.name}: {started.why()}")
     try:
-        started = run_on_nodes(cluster, [server.name], folder / "server", start)[server.name]
-        if not started.ok:
-            return TcpLink(client.name, server.name, None, note=f"raw TCP not measured: iperf3 -s on {server.name}: {started.why()}")
+        stop = tcp_stop_command(started.stdout.strip().splitlines()[-1] if started.stdout.strip() else "")
+    except ValueError as exc:
+        return TcpLink(client.name, server.name, None, note=f"raw TCP not measured: iperf3 -s on {server.name}: {exc}")
+    try:
         answer = run_on_nodes(cluster, [client.name], folder / "client", measure)[client.name]
     finally:
         run_on_nodes(cluster, [server.name], folder / "stop", stop)

@@ -9,13 +9,17 @@ first, without Docker, in pycli/local_plan.py.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import io
 import ipaddress
+import os
 import re
 import shutil
 import subprocess
 import tarfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,9 +33,13 @@ from pycli.local_plan import (
     INVENTORY_MARKER,
     ClusterPlan,
     NodePlan,
+    check_inventory_owner,
+    cluster_lock_path,
     cluster_state_dir,
     default_inventory_path,
+    inventory_owner,
     network_name,
+    parse_subnet,
     pick_subnet,
     plan_cluster,
     render_local_inventory,
@@ -49,6 +57,36 @@ LABEL_CLUSTER = "io.pycli.cluster"
 LABEL_NODE = "io.pycli.node"
 LABEL_INVENTORY = "io.pycli.inventory"
 BOOT_TIMEOUT_S = 120
+
+
+@contextlib.contextmanager
+def cluster_lock(name: str) -> Iterator[None]:
+    """Hold cluster `name` for one `up` or `down`; a second pycli is refused, not made to wait
+    (two `up`s of one name would each remove the other's containers)."""
+    path = cluster_lock_path(name)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise BadInput(f"cluster {name} is being changed by another pycli (pid {holder})") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # closing the last descriptor releases the lock
+
+
+def _read_if_there(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return None
 
 
 def _cluster_containers(client: docker.DockerClient, name: str) -> list[Container]:
@@ -146,10 +184,18 @@ def up(
     validate_name(name)
     validate_node_count(count)
     validate_slots(slots)
+    asked_subnet = parse_subnet(subnet) if subnet else None
     inventory = inventory or default_inventory_path(name)
-    from pycli.dockerapi import connect
+    with cluster_lock(name):
+        check_inventory_owner(inventory, _read_if_there(inventory), name)
+        return _up(name, count, slots, asked_subnet, image, inventory, say)
 
-    client = connect()
+
+def _up(name: str, count: int, slots: int, asked_subnet: ipaddress.IPv4Network | None, image: ImageSpec,
+        inventory: Path, say) -> Path:
+    from pycli import dockerapi
+
+    client = dockerapi.connect()
     existing = _cluster_containers(client, name)
     if existing:
         running = [c for c in existing if c.status == "running"]
@@ -161,8 +207,6 @@ def up(
             f"cluster {name!r} already exists with {len(running)} of {len(existing)} nodes running; "
             f"run 'pycli cluster down --name {name}' first, or choose another --name"
         )
-    if inventory.exists() and INVENTORY_MARKER not in inventory.read_text(errors="replace"):
-        raise BadInput(f"{inventory} exists and was not written by pycli; pass another --inventory")
     from docker.errors import NotFound
 
     try:
@@ -170,11 +214,8 @@ def up(
         raise BadInput(f"docker network {network_name(name)} already exists; remove it or choose another --name")
     except NotFound:
         pass
-    if subnet:
-        try:
-            chosen = ipaddress.ip_network(subnet)
-        except ValueError as exc:
-            raise BadInput(f"--subnet {subnet!r}: {exc}") from None
+    if asked_subnet:
+        chosen = asked_subnet
         if any(chosen.overlaps(other) for other in _taken_subnets(client)):
             raise BadInput(f"--subnet {chosen} overlaps a docker network that exists; choose another")
     else:
@@ -272,7 +313,8 @@ def _remove(client: docker.DockerClient, name: str, inventory: Path | None, secr
             net.remove()
         except (NotFound, APIError):
             pass
-    if inventory and inventory.exists() and INVENTORY_MARKER in inventory.read_text(errors="replace"):
+    text = _read_if_there(inventory) if inventory else None
+    if inventory and text and INVENTORY_MARKER in text and inventory_owner(text) == name:
         inventory.unlink()
     if secrets and secrets.exists():
         shutil.rmtree(secrets)
@@ -281,11 +323,12 @@ def _remove(client: docker.DockerClient, name: str, inventory: Path | None, secr
 
 def down(name: str, *, say=print) -> None:
     validate_name(name)
-    from pycli.dockerapi import connect
+    from pycli import dockerapi
 
-    client = connect()
-    had_network = bool(client.networks.list(filters={"label": f"{LABEL_CLUSTER}={name}"}))
-    removed = _remove(client, name, None, cluster_state_dir(name))
+    with cluster_lock(name):
+        client = dockerapi.connect()
+        had_network = bool(client.networks.list(filters={"label": f"{LABEL_CLUSTER}={name}"}))
+        removed = _remove(client, name, None, cluster_state_dir(name))
     if removed or had_network:
         say(f"cluster {name!r} removed ({len(removed)} nodes and network {network_name(name)})")
     else:

@@ -25,8 +25,14 @@ DEFAULT_SLOTS = 4
 # Local clusters get a /24 each out of this block, picked from the cluster's name.
 SUBNET_POOL = ipaddress.ip_network("172.28.0.0/16")
 FIRST_NODE_OFFSET = 10
+# A subnet the user names: IPv4 (Docker's bridge and the inventory speak IPv4 here), no larger
+# than a /16 and no smaller than a /28 (16 addresses: the gateway, the offset, a few nodes).
+SUBNET_PREFIXES = range(16, 29)
 INVENTORY_HEADER = "pycli local cluster"
 INVENTORY_MARKER = f"# {INVENTORY_HEADER}"
+# The variable of a local cluster's inventory that names the cluster it belongs to.
+OWNER_VARIABLE = "pycli_local_cluster"
+_OWNER_LINE = re.compile(rf"^{OWNER_VARIABLE}=(['\"]?)([^'\"\s]+)\1\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,33 @@ def cluster_state_dir(name: str) -> Path:
     return state_dir() / "clusters" / name
 
 
+def cluster_lock_path(name: str) -> Path:
+    """The lock `cluster up` and `cluster down` hold while they change cluster `name`.
+
+    Beside the cluster's state folder, not in it: `down` removes that folder, and a lock
+    file must outlive its holders to keep them apart."""
+    return state_dir() / "locks" / f"cluster-{name}.lock"
+
+
+def inventory_owner(text: str) -> str | None:
+    """The local cluster an inventory belongs to, as its own variable says (None: no cluster)."""
+    found = _OWNER_LINE.search(text)
+    return found.group(2) if found else None
+
+
+def check_inventory_owner(path: Path, text: str | None, name: str) -> None:
+    """Cluster `name` may write (and later remove) the inventory at `path`, whose text is `text`
+    (None: there is no file): only its own, never a file of another cluster or of a person."""
+    if text is None:
+        return
+    if INVENTORY_MARKER not in text:
+        raise BadInput(f"{path} exists and was not written by pycli; pass another --inventory")
+    owner = inventory_owner(text)
+    if owner != name:
+        whose = f"of local cluster {owner!r}" if owner else "of a local cluster it does not name"
+        raise BadInput(f"{path} is the inventory {whose}; pass another --inventory for cluster {name!r}")
+
+
 def network_name(name: str) -> str:
     return f"pycli-{name}"
 
@@ -86,16 +119,36 @@ def pick_subnet(name: str, taken: list[ipaddress.IPv4Network]) -> ipaddress.IPv4
     raise PycliError(f"no free /24 left in {SUBNET_POOL} for a new local cluster; pass --subnet")
 
 
+def _check_subnet(text: str, subnet: ipaddress.IPv4Network | ipaddress.IPv6Network) -> None:
+    if subnet.version != 4:
+        raise BadInput(f"--subnet {text!r}: IPv4 only, e.g. 172.28.7.0/24")
+    if subnet.prefixlen not in SUBNET_PREFIXES:
+        raise BadInput(f"--subnet {text!r}: a prefix from /{SUBNET_PREFIXES[0]} to /{SUBNET_PREFIXES[-1]}, "
+                       f"not /{subnet.prefixlen}")
+
+
+def parse_subnet(text: str) -> ipaddress.IPv4Network:
+    """The --subnet a user gave: an IPv4 network of bounded size, or BadInput in one line."""
+    try:
+        subnet = ipaddress.ip_network(text)
+    except ValueError as exc:
+        raise BadInput(f"--subnet {text!r}: {exc}") from None
+    _check_subnet(text, subnet)
+    return subnet
+
+
 def plan_cluster(name: str, count: int, subnet: ipaddress.IPv4Network, slots: int = DEFAULT_SLOTS) -> ClusterPlan:
     """Names and addresses of every node: pure, so it can be checked before anything is made."""
     validate_name(name)
     validate_node_count(count)
     validate_slots(slots)
+    _check_subnet(str(subnet), subnet)
     if subnet.num_addresses < FIRST_NODE_OFFSET + count + 2:
         raise BadInput(f"subnet {subnet} is too small for {count} nodes")
-    hosts = list(subnet.hosts())
+    # Counted from the network's address, never by listing the subnet's hosts.
     nodes = tuple(
-        NodePlan(hostname=f"node{i}", container=f"pycli-{name}-node{i}", address=str(hosts[FIRST_NODE_OFFSET + i - 1]))
+        NodePlan(hostname=f"node{i}", container=f"pycli-{name}-node{i}",
+                 address=str(subnet.network_address + FIRST_NODE_OFFSET + i))
         for i in range(1, count + 1)
     )
     return ClusterPlan(name=name, network=network_name(name), subnet=subnet, nodes=nodes, slots=slots)
@@ -154,7 +207,7 @@ def render_local_inventory(plan: ClusterPlan, key: Path, known_hosts: Path, ca_b
             "ansible_ssh_common_args": f"-o UserKnownHostsFile={known_hosts}",
             "slots": plan.slots,
             "pycli_network_interface": "eth0",
-            "pycli_local_cluster": plan.name,
+            OWNER_VARIABLE: plan.name,
             **bed_vars,
         },
         var_comments={

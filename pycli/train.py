@@ -161,6 +161,7 @@ def stage_items(plan: JobPlan, container_files: Path | None = None) -> list[dict
 
 
 RENDEZVOUS_PORT_TASK = "Find a free port for the rendezvous on the first node"  # in stage.yml
+RETENTION_TASK = "Remove the oldest job folders"  # in stage.yml: keeps the newest pycli_jobs_kept
 
 
 def stage(plan: JobPlan, inventory: Path, run_dir: Path, container_files: Path | None = None) -> JobPlan:
@@ -173,15 +174,24 @@ def stage(plan: JobPlan, inventory: Path, run_dir: Path, container_files: Path |
     if plan.launcher == "torchrun":
         extravars["pycli_rendezvous_host"] = plan.rank0.name
 
+    kept_back: dict[str, str] = {}
+
     def on_event(event) -> None:
         data = event.get("event_data") or {}
-        if event.get("event") == "runner_on_ok" and data.get("task") == RENDEZVOUS_PORT_TASK:
-            said = str((data.get("res") or {}).get("stdout", "")).strip()
+        if event.get("event") != "runner_on_ok":
+            return
+        res = data.get("res") or {}
+        if data.get("task") == RENDEZVOUS_PORT_TASK:
+            said = str(res.get("stdout", "")).strip()
             if said.isdigit():
                 ports.append(int(said))
+        elif data.get("task") == RETENTION_TASK and str(res.get("stderr", "")).strip():
+            kept_back[str(data.get("host"))] = str(res["stderr"]).strip().splitlines()[-1]
 
     _run_playbook(inventory, STAGE_PLAYBOOK, run_dir / "stage", extravars,
                   ",".join(h.name for h in plan.hosts), "staging the job", on_event)
+    for host, why in sorted(kept_back.items()):
+        warn(f"{host} keeps old job folders it cannot remove (pycli_jobs_kept): {why}")
     if plan.launcher == "torchrun":
         if not ports:
             raise PycliError(f"staging the job: {plan.rank0.name} named no free port for torchrun; see {run_dir / 'stage'}")
@@ -209,13 +219,18 @@ def start_containers(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
 
 
 def remove_containers(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
-    """--docker: no container of the job is left on any node (and with it, none of its ranks)."""
+    """--docker: no container of the job is left on any node (and with it, none of its ranks),
+    nor the job's container files with its private keys."""
     assert plan.container is not None
     request = runner.RunRequest(
         inventory=inventory, playbook=CONTAINER_PLAYBOOK, limit=",".join(h.name for h in plan.hosts),
         extravars=containers.playbook_vars(plan.container, plan.job_id, plan.job_dir, plan.layout.work_dir, "absent"),
     )
-    runner.run(request, run_dir / "containers-removed")
+    result = runner.run(request, run_dir / "containers-removed")
+    if result.status != "successful":
+        hosts = sorted(set(result.unreachable) | {h for h, r in result.hosts.items() if r.failed})
+        warn(f"the job's containers or keys may be left on {', '.join(hosts) or 'its nodes'}: "
+             f"removing them failed; see {run_dir / 'containers-removed'}")
 
 
 def stop_strays(plan: JobPlan, inventory: Path, run_dir: Path) -> dict[str, str]:
@@ -416,6 +431,10 @@ def run_job(
         containers.write_container_files(container_files, plan.hosts, container, plan.job_id)
     try:
         plan = stage(plan, inventory, run_dir, container_files)
+    except BaseException:
+        if container is not None:
+            remove_containers(plan, inventory, run_dir)  # the job's keys may be on some nodes already
+        raise
     finally:
         if container_files is not None:
             containers.forget_private_keys(container_files)

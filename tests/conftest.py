@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -26,3 +27,24 @@ def run_pycli(*args: str, check: bool = False, env: dict | None = None, timeout:
 def _isolated_runs(tmp_path_factory):
     # Run folders of the tests go to a temporary place, not the checkout's runs/.
     os.environ.setdefault("PYCLI_RUNS", str(tmp_path_factory.mktemp("runs")))
+
+
+def run_tasks_locally(tasks: list[dict], extravars: dict, cwd: Path) -> list[dict]:
+    """Run tasks taken from the project's playbooks or roles on this machine, as Ansible runs
+    them on a node (templating, changed_when and all); each task's result, in order.
+
+    Only for tasks that touch paths the test gives them: they run as this user, on this machine."""
+    playbook = cwd / "local-play.yml"
+    play = [{"name": "local", "hosts": "localhost", "gather_facts": False, "tasks": tasks}]
+    playbook.write_text(json.dumps(play))
+    extra = {"ansible_python_interpreter": sys.executable, **extravars}
+    env = {**os.environ, "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"}
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "-c", "local",
+         "-e", json.dumps(extra), str(playbook)],
+        capture_output=True, text=True, cwd=cwd, env=env, timeout=120,
+    )
+    start = proc.stdout.find("{")
+    assert start >= 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout[start:])
+    return [task["hosts"]["localhost"] for play in report["plays"] for task in play["tasks"]]

@@ -14,7 +14,9 @@ import gzip
 import json
 import math
 import os
+import pickle
 import random
+import re
 import resource
 import struct
 import sys
@@ -318,9 +320,22 @@ def save_checkpoint(path: Path, model: nn.Module, optimizer, epoch: int, args, s
 
 
 def load_checkpoint(path: Path) -> dict:
+    """A checkpoint written by `save_checkpoint`: tensors and plain values only.
+
+    weights_only refuses every other object before it is built, so a --resume file that
+    holds a pickle meant to run code is an input error on every rank, and nothing runs.
+    """
     if not path.is_file():
         raise WorkloadError(f"checkpoint {path} does not exist on this node")
-    return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, KeyError, ValueError) as exc:
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(exc))
+        why = f"it holds {found.group(1)}, not only tensors and plain values" if found else "it is no torch checkpoint"
+        raise WorkloadError(f"{path} is not a checkpoint this workload loads: {why}") from None
+    if not isinstance(state, dict) or not {"model", "optimizer", "epoch"} <= set(state):
+        raise WorkloadError(f"{path} is not a checkpoint this workload loads: it lacks model, optimizer or epoch")
+    return state
 
 
 # --- the training loop -------------------------------------------------------------------

@@ -52,7 +52,7 @@ def test_checkpoint_is_fetched_and_resume_continues_with_the_same_metrics(provis
     first = train(provisioned_cluster, "mnist", "--np", "2", "--", "--epochs", "2", *FAST)
     assert first.returncode == 0, first.stdout[-3000:]
     checkpoint = results_of(first) / "checkpoints" / "last.pt"
-    assert torch.load(checkpoint, weights_only=False)["epoch"] == 2
+    assert torch.load(checkpoint, weights_only=True)["epoch"] == 2
     resumed = train(provisioned_cluster, "mnist", "--np", "2", "--resume", str(checkpoint), "--", "--epochs", "3", *FAST)
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert "from epoch 3" in resumed.stdout

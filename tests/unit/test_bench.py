@@ -17,7 +17,7 @@ from pycli.bench_plan import (
     request_command, skip_reason, training_job,
 )
 from pycli.bench_stats import Estimate, Measurement, CellRun, estimate, measurement_from_records, ratio, summarize
-from pycli.iperf import measure_tcp, parse_iperf3, tcp_commands
+from pycli.iperf import measure_tcp, parse_iperf3, tcp_commands, tcp_stop_command
 from pycli.node_facts import NodeFacts
 from pycli.cluster_model import Cluster, Host, load_cluster
 from pycli.datasets import digits_dataset
@@ -296,11 +296,47 @@ def test_iperf3_json_gives_received_bits_and_errors_are_errors():
 
 
 def test_iperf3_commands_are_plain_shell_for_ansible():
-    start, client, stop = tcp_commands("10.0.0.2", 5, "/tmp/p.pid")
-    assert start == "iperf3 -s -1 -D -p 5201 -I /tmp/p.pid"
-    assert "iperf3 -c 10.0.0.2 -p 5201 -t 5 -J" in client and "kill" in stop
+    start, client = tcp_commands("10.0.0.2", 5)
+    assert "iperf3 -s -1 -D -p 5201 -I" in start and "mktemp -d" in start and "/tmp/" not in start
+    assert "iperf3 -c 10.0.0.2 -p 5201 -t 5 -J" in client
+    stop = tcp_stop_command("/tmp/pycli-iperf3.AbC12345")
+    assert "kill" in stop and "rm -rf /tmp/pycli-iperf3.AbC12345" in stop
     for command in (start, client, stop):
         assert not any(marker in command for marker in ("{{", "{%", "{#"))
+
+
+@pytest.mark.parametrize("answer", ["", "/tmp", "/tmp/pycli-bench-iperf3-1.pid", "/tmp/pycli-iperf3.AbC12345; rm -rf ~",
+                                    "/tmp/x/../pycli-iperf3.AbC12345/..", "relative/pycli-iperf3.AbC12345"])
+def test_iperf3_stop_takes_only_a_folder_its_start_made(answer):
+    with pytest.raises(ValueError):
+        tcp_stop_command(answer)
+
+
+def test_iperf3_server_keeps_its_pidfile_in_a_private_folder_removed_at_stop(tmp_path):
+    """The start and stop lines, run here in bash with a stand-in iperf3 that daemonizes a sleep."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "iperf3"
+    fake.write_text('#!/bin/bash\nwhile [ $# -gt 0 ]; do [ "$1" = -I ] && pidfile=$2; shift; done\n'
+                    'setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! > "$pidfile"\n')
+    fake.chmod(0o755)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "TMPDIR": str(temp)}
+    start, _ = tcp_commands("10.0.0.2", 5)
+    started = subprocess.run(["bash", "-c", start], capture_output=True, text=True, env=env, check=True)
+    folder = Path(started.stdout.strip().splitlines()[-1])
+    assert folder.parent == temp and (folder.stat().st_mode & 0o777) == 0o700
+    pid = int((folder / "pid").read_text())
+    assert Path(f"/proc/{pid}").exists()
+    subprocess.run(["bash", "-c", tcp_stop_command(str(folder))], env=env, check=True)
+    assert not folder.exists() and list(temp.iterdir()) == []
+    for _ in range(50):
+        if not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]:
+            break
+        subprocess.run(["sleep", "0.1"])
+    else:
+        raise AssertionError("the iperf3 server was not stopped")
 
 
 def test_without_iperf3_the_link_is_not_measured_and_no_number_is_made_up(tmp_path):

@@ -10,6 +10,7 @@ from pycli.local_plan import (
     DEFAULT_SLOTS,
     INVENTORY_MARKER,
     SUBNET_POOL,
+    parse_subnet,
     pick_subnet,
     plan_cluster,
     render_local_inventory,
@@ -40,6 +41,37 @@ def test_plan_refuses_fewer_than_one_slot(slots):
 def test_plan_refuses_a_subnet_too_small_for_the_nodes():
     with pytest.raises(BadInput, match="too small"):
         plan_cluster("demo", 8, ipaddress.ip_network("172.28.7.0/28"))
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("fd00::/64", "IPv4 only"),
+    ("fd00::/120", "IPv4 only"),
+    ("10.0.0.0/8", "a prefix from /16 to /28"),
+    ("0.0.0.0/0", "a prefix from /16 to /28"),
+    ("172.28.7.0/30", "a prefix from /16 to /28"),
+    ("172.28.7.5/24", "has host bits set"),
+    ("not-a-net", "does not appear to be an IPv4 or IPv6 network"),
+])
+def test_subnet_given_by_the_user_is_ipv4_and_of_bounded_size(text, message):
+    with pytest.raises(BadInput, match=message) as caught:
+        parse_subnet(text)
+    assert str(caught.value).startswith(f"--subnet {text!r}") and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("text", ["172.28.0.0/16", "10.1.2.0/24", "192.168.5.16/28"])
+def test_subnet_within_bounds_is_taken(text):
+    assert parse_subnet(text) == ipaddress.ip_network(text)
+
+
+@pytest.mark.parametrize("subnet", ["fd00::/120", "10.0.0.0/12"])
+def test_plan_refuses_subnets_it_would_not_parse(subnet):
+    with pytest.raises(BadInput, match="--subnet"):
+        plan_cluster("demo", 2, ipaddress.ip_network(subnet))
+
+
+def test_plan_addresses_in_the_largest_subnet_without_listing_it():
+    plan = plan_cluster("demo", 64, ipaddress.ip_network("10.7.0.0/16"))
+    assert plan.nodes[0].address == "10.7.0.11" and plan.nodes[-1].address == "10.7.0.74"
 
 
 @pytest.mark.parametrize("name", ["", "Demo", "a_b", "-a", "a-", "x" * 25, "a.b"])

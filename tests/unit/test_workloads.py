@@ -109,7 +109,8 @@ def test_training_learns_and_resume_reproduces_the_uninterrupted_run(tmp_path, d
         assert (a["train_loss"], a["val_loss"], a["val_accuracy"]) == (b["train_loss"], b["val_loss"], b["val_accuracy"])
     assert straight[-1]["train_loss"] < straight[0]["train_loss"]
     assert straight[-1]["val_accuracy"] > 0.3  # chance is 0.1
-    state = torch.load(tmp_path / "full.pt", weights_only=False)
+    # Only tensors and plain types: it loads without unpickling arbitrary objects.
+    state = torch.load(tmp_path / "full.pt", weights_only=True)
     assert state["epoch"] == 3 and {"model", "optimizer", "rng_torch", "rng_python"} <= set(state)
     assert not list(tmp_path.glob(".*.tmp"))
 
@@ -125,6 +126,27 @@ def test_training_learns_and_resume_reproduces_the_uninterrupted_run(tmp_path, d
 def test_bad_workload_input_is_one_line_exit_2(tmp_path, digits, args, message):
     proc = _ddp(tmp_path, digits, *args)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+class _RunsCode:
+    """Unpickling this writes a file: what a hostile --resume file could do instead."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "ran"))
+
+
+def test_resume_refuses_a_checkpoint_that_would_run_code(tmp_path, digits):
+    marker = tmp_path / "pwned"
+    torch.save({"model": {}, "epoch": 1, "payload": _RunsCode(marker)}, tmp_path / "evil.pt")
+    assert not marker.exists()
+    proc = _ddp(tmp_path, digits, "--epochs", "2", "--resume", "evil.pt")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "evil.pt is not a checkpoint this workload loads" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not marker.exists()
 
 
 def test_missing_data_is_one_line_exit_2(tmp_path):
