@@ -44,6 +44,10 @@ LABEL_KEY = "io.pycli.image-key"
 # container (see the file's header); local clusters only, real hosts never need it.
 NESTED_RUNTIME = Path(__file__).parent / "node_files" / "runc-nested"
 NESTED_RUNTIME_PATH = "usr/local/bin/runc-nested"
+# Debian's archive keys (package debian-archive-keyring). debootstrap is always pointed at it:
+# without --keyring, a controller that lacks it (Ubuntu's debootstrap does not pull it in)
+# only warns and installs whatever the mirror, or anything between, serves.
+DEBIAN_ARCHIVE_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,11 @@ def _check_can_build() -> None:
         raise BadInput("building the node image runs debootstrap, which needs root: run this as root (sudo)")
     if shutil.which("debootstrap") is None:
         raise BadInput("debootstrap is missing: run 'sudo scripts/host-prereqs.sh'")
+    if not DEBIAN_ARCHIVE_KEYRING.is_file():
+        raise BadInput(
+            f"{DEBIAN_ARCHIVE_KEYRING} is missing, so debootstrap cannot check Debian's signatures: "
+            "install debian-archive-keyring (sudo apt-get install debian-archive-keyring, or run 'sudo scripts/host-prereqs.sh')"
+        )
 
 
 def _run(argv: list[str], what: str, log: Path | None = None) -> None:
@@ -164,14 +173,20 @@ def _run(argv: list[str], what: str, log: Path | None = None) -> None:
         raise PycliError(f"{what} failed (exit {proc.returncode}){detail}")
 
 
+def debootstrap_argv(spec: ImageSpec, rootfs: Path, packages_cache: Path) -> list[str]:
+    """debootstrap's command line: the Release file's signature is always checked against Debian's keyring."""
+    return [
+        "debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}",
+        f"--keyring={DEBIAN_ARCHIVE_KEYRING}", f"--cache-dir={packages_cache}",
+        spec.suite, str(rootfs), spec.mirror,
+    ]
+
+
 def _debootstrap(spec: ImageSpec, rootfs: Path, log: Path) -> None:
     packages_cache = cache_dir() / "debootstrap" / spec.suite
     packages_cache.mkdir(parents=True, exist_ok=True)
     _run(
-        [
-            "debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}",
-            f"--cache-dir={packages_cache.resolve()}", spec.suite, str(rootfs), spec.mirror,
-        ],
+        debootstrap_argv(spec, rootfs, packages_cache.resolve()),
         f"debootstrap of {spec.suite} (log kept only while building)",
         log,
     )

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Make this machine able to run a local pycli cluster: a Docker engine that answers,
-# and debootstrap to build node images. Installs what is missing (Debian/Ubuntu, root),
-# starts dockerd when nothing answers, and says what it did. Safe to run again.
+# Make this machine able to run a local pycli cluster: a Docker engine that answers, and
+# debootstrap with Debian's archive keyring to build node images. Installs what is missing
+# (Debian/Ubuntu, root), starts dockerd when nothing answers, and says what it did. Safe to
+# run again.
 set -euo pipefail
 
 say() { printf 'host-prereqs: %s\n' "$*"; }
@@ -36,6 +37,14 @@ if ! command -v debootstrap >/dev/null; then
     apt_install debootstrap
 else
     say "debootstrap present"
+fi
+
+# pycli runs debootstrap with --keyring set to Debian's archive keyring, so that it checks
+# the signatures of what it installs; Ubuntu's debootstrap does not bring that keyring.
+if [ ! -f /usr/share/keyrings/debian-archive-keyring.gpg ]; then
+    apt_install debian-archive-keyring
+else
+    say "debian-archive-keyring present"
 fi
 
 if docker_answers; then
