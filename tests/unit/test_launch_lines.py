@@ -71,7 +71,9 @@ def test_the_sweep_kills_what_ignores_sigterm_and_says_nothing_is_left(tmp_path,
     proc = _start_job_process(job_dir, ignore_term)
     bystander = _start_job_process(tmp_path / "jobs" / "20261124-010000-421", ignore_term=False)
     try:
-        sweep = subprocess.run(["sh", "-c", stray_sweep_line(PurePosixPath(job_dir))], capture_output=True, text=True, timeout=30)
+        # A grace of one tick (0.5 s) rather than the real 5 s: what ignores SIGTERM gets SIGKILL sooner.
+        line = stray_sweep_line(PurePosixPath(job_dir)).replace("i -lt 10", "i -lt 1")
+        sweep = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=30)
         assert sweep.returncode == 0, sweep.stderr
         assert proc.wait(timeout=5) is not None
         assert bystander.poll() is None  # another job's folder is not this one's
