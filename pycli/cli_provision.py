@@ -24,10 +24,13 @@ def provision_cmd(
     offline: bool = typer.Option(
         False, "--offline", help="Download nothing: install from the controller cache (see 'pycli cache import')."
     ),
+    retry: bool = typer.Option(
+        False, "--retry", help="Only the hosts the last provisioning of INVENTORY did not finish (its run folder says)."
+    ),
 ) -> None:
     """Install the whole stack on every node of INVENTORY, with a live per-host view."""
     request = ProvisionRequest(
         playbook=playbook, limit=limit, tags=tags, skip_tags=skip_tags, check=check, extra_vars=tuple(extra_vars),
-        forks=forks, verbosity=verbose, offline=offline,
+        forks=forks, verbosity=verbose, offline=offline, retry=retry,
     )
     raise typer.Exit(provision(load_inventory(required_inventory(inventory, inventory_option)), request))

@@ -12,7 +12,7 @@ import signal
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
 
@@ -25,12 +25,15 @@ from pycli import runner
 from pycli.ansible_inventory import hosts_matching
 from pycli.cluster_model import Cluster
 from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, BadInput, read_user_text
-from pycli.paths import PROJECT_ROOT, new_run_dir
+from pycli.paths import PROJECT_ROOT, new_run_dir, runs_dir
+from pycli.provision_recap import END_TASK, OK, UNREACHABLE, host_state, last_unfinished, write_recap
 
 SITE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "site.yml"
 # The cache stage alone (site.yml starts with it): every download, checked, no node changed.
 CACHE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "cache.yml"
 TAG_NAME = re.compile(r"[A-Za-z0-9_.:-]+")  # docs/tags.md; nothing a shell or Ansible could split
+# Playbooks that end with the end-of-run play (pycli/provision_recap.py).
+ENDS_WITH_RECAP = (SITE_PLAYBOOK,)
 
 
 def parse_extra_vars(items: Sequence[str]) -> dict[str, object]:
@@ -87,6 +90,9 @@ class ProvisionRequest:
     forks: int | None = None
     verbosity: int = 0
     offline: bool = False  # download nothing: install from the controller cache
+    retry: bool = False  # only the hosts the last run of this inventory did not finish
+    # Provision only these hosts (what --retry found unfinished); SSH trust still takes every node.
+    hosts: tuple[str, ...] = ()
 
 
 def build_request(cluster: Cluster, request: ProvisionRequest) -> runner.RunRequest:
@@ -100,11 +106,19 @@ def build_request(cluster: Cluster, request: ProvisionRequest) -> runner.RunRequ
             raise BadInput(f"{flag} {tags!r}: expected tag names separated by commas (letters, digits, _ - . :)")
     if request.limit is not None and not hosts_matching(cluster.inventory_path, request.limit):
         raise BadInput(f"--limit {request.limit!r} matches no host of {cluster.inventory_path}")
+    if (request.retry or request.hosts) and request.limit is not None:
+        raise BadInput("--retry picks the hosts itself (the ones the last run did not finish); leave out --limit")
+    if (request.retry or request.hosts) and request.playbook not in ENDS_WITH_RECAP:
+        raise BadInput(f"--retry works with {SITE_PLAYBOOK.name}, not {request.playbook.name}")
+    unknown = sorted(set(request.hosts) - {host.name for host in cluster.hosts})
+    if unknown:
+        raise BadInput(f"{', '.join(unknown)}: not in {cluster.inventory_path}")
     offline = {"pycli_offline": True} if request.offline else {}
+    only = {"pycli_hosts": ":".join(request.hosts)} if request.hosts else {}
     return runner.RunRequest(
         inventory=cluster.inventory_path,
         playbook=request.playbook,
-        extravars={**parse_extra_vars(request.extra_vars), **offline},
+        extravars={**parse_extra_vars(request.extra_vars), **offline, **only},
         limit=request.limit,
         tags=request.tags,
         skip_tags=request.skip_tags,
@@ -130,11 +144,13 @@ class HostView:
 class ProvisionView:
     """Per-host state of a playbook run, folded from ansible-runner events."""
 
-    def __init__(self, hosts: Sequence[str], clock=time.monotonic) -> None:
+    def __init__(self, hosts: Sequence[str], clock=time.monotonic, end_task: str | None = None) -> None:
         self.clock = clock
         self.hosts: dict[str, HostView] = {name: HostView() for name in hosts}
         self.play = ""
         self.notes: list[str] = []  # one line per failure or unreachable host, in order
+        self.end_task = end_task  # the playbook's last task: a host that reached it is through
+        self.through: set[str] = set()
 
     def handle(self, event: Mapping[str, object]) -> None:
         kind = str(event.get("event"))
@@ -155,6 +171,8 @@ class ProvisionView:
             task = str(data.get("task") or "")
             view.task = f"{role} : {task}" if role and not task.startswith(f"{role} :") else task
             return
+        if kind == "runner_on_ok" and self.end_task and data.get("task") == self.end_task:
+            self.through.add(str(host))
         before = len(view.result.messages)
         runner.collect_host_event({str(host): view.result}, event)
         if len(view.result.messages) > before:
@@ -171,6 +189,14 @@ class ProvisionView:
             if view.started is not None and view.finished is None and not view.result.unreachable
         ]
 
+    def state(self, name: str) -> str:
+        result = self.hosts[name].result
+        through = None if self.end_task is None else name in self.through
+        return host_state(unreachable=result.unreachable, failed=bool(result.failed), through=through)
+
+    def states(self) -> dict[str, str]:
+        return {name: self.state(name) for name in self.hosts}
+
     def finish(self) -> None:
         now = self.clock()
         for view in self.hosts.values():
@@ -183,7 +209,7 @@ class ProvisionView:
         table = Table("host", "now" if live else "result", "ok", "changed", "failed", "skipped", "elapsed", title=title)
         for name, view in self.hosts.items():
             res = view.result
-            state = view.task if live else ("UNREACHABLE" if res.unreachable else "FAILED" if res.failed else "ok")
+            state = view.task if live else self.state(name)
             table.add_row(
                 name, state, str(res.ok), str(res.changed), str(res.failed), str(res.skipped),
                 f"{view.elapsed(now):.0f}s",
@@ -194,23 +220,47 @@ class ProvisionView:
 def exit_code(status: str, view: ProvisionView) -> int:
     if status == "canceled":
         return EXIT_INTERRUPTED
-    if any(v.result.unreachable for v in view.hosts.values()):
+    states = view.states().values()
+    if UNREACHABLE in states:
         return EXIT_UNREACHABLE
-    if status != "successful" or any(v.result.failed for v in view.hosts.values()):
+    if status != "successful" or any(state != OK for state in states):
         return EXIT_FAILED
     return EXIT_OK
+
+
+def unfinished_line(view: ProvisionView, cluster: Cluster) -> str:
+    """What a failed run left, and the command that takes it up: one line."""
+    left = {name: state for name, state in view.states().items() if state != OK}
+    if not left or view.end_task is None:
+        return ""
+    named = ", ".join(f"{name} {state.lower()}" for name, state in left.items())
+    return f"not finished: {named}; once fixed, 'pycli provision {cluster.inventory_path} --retry' runs on just these"
+
 
 
 def provision(cluster: Cluster, request: ProvisionRequest, console: Console | None = None) -> int:
     """Apply the playbook to the cluster's nodes; return the exit code the design names."""
     console = console or Console(soft_wrap=True)
     verbosity = request.verbosity
+    build_request(cluster, request)  # bad input is refused before the run folders are read
+    if request.retry:
+        last_run, unfinished = last_unfinished(cluster, runs_dir())
+        if not unfinished:
+            console.print(f"nothing to retry: the last provisioning of {cluster.inventory_path} ({last_run}) finished every host")
+            return EXIT_OK
+        request = replace(request, hosts=tuple(unfinished))
     run_request = build_request(cluster, request)
     run_dir = new_run_dir("provision")  # only once the input is known to be good
-    view = ProvisionView([h.name for h in cluster.hosts])
+    names = [host.name for host in cluster.hosts]
+    if request.limit:  # the view lists the hosts the run is about
+        matched = set(hosts_matching(cluster.inventory_path, request.limit))
+        names = [name for name in names if name in matched]
+    end_task = END_TASK if request.playbook in ENDS_WITH_RECAP else None
+    view = ProvisionView(names, end_task=end_task)
     cancel = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
-    console.print(f"provisioning {len(cluster.hosts)} host(s) with {request.playbook.name}; run folder {run_dir}")
+    doing = f"{len(request.hosts)} unfinished host(s) ({', '.join(request.hosts)})" if request.hosts else f"{len(view.hosts)} host(s)"
+    console.print(f"provisioning {doing} with {request.playbook.name}; run folder {run_dir}")
     started = time.monotonic()
     shown_notes = 0
     try:
@@ -238,6 +288,8 @@ def provision(cluster: Cluster, request: ProvisionRequest, console: Console | No
     code = exit_code(result.status, view)
     partial = view.in_progress()
     view.finish()
+    if end_task:
+        write_recap(run_dir, cluster, view.states())
     console.print(view.table(False))
     for note in view.notes[shown_notes:] if code != EXIT_INTERRUPTED else []:
         console.print(f"  {note}")
@@ -246,11 +298,14 @@ def provision(cluster: Cluster, request: ProvisionRequest, console: Console | No
         console.print(
             f"cancelled after {took:.0f} s; left in the middle of a task: {', '.join(partial) or 'no host'} "
             "(a command already started there may still finish). "
-            "Run the same command again to continue: the roles are idempotent."
+            "Run the same command again to continue: the roles are idempotent"
+            + (" (--retry: only the hosts it left unfinished)." if end_task else ".")
         )
     elif code == EXIT_OK:
         console.print(f"provisioned {len(cluster.hosts)} host(s) in {took:.0f} s; details in {run_dir}")
     else:
         console.print(f"provisioning failed after {took:.0f} s; full log and events in {run_dir}")
+        if line := unfinished_line(view, cluster):
+            console.print(line)
     return code
 

@@ -1,12 +1,18 @@
 """The pure parts of `pycli provision`: extra vars, the run request, the per-host view."""
 
 import json
+import os
+from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from pycli.errors import EXIT_INTERRUPTED, BadInput
 from pycli.cluster_model import Cluster, Host
-from pycli.provision import ProvisionRequest, ProvisionView, build_request, exit_code, parse_extra_vars
+from pycli.provision import (
+    CACHE_PLAYBOOK, ProvisionRequest, ProvisionView, build_request, exit_code, parse_extra_vars, provision, unfinished_line,
+)
+from pycli.provision_recap import END_TASK, last_unfinished
 
 
 def test_extra_vars_are_strings_as_given_and_files_keep_their_yaml_types(tmp_path):
@@ -176,3 +182,103 @@ def test_clean_run_is_0_and_the_table_lists_every_host():
     view.finish()
     assert exit_code("successful", view) == 0
     assert view.table(False).row_count == 2
+
+
+def test_a_host_that_never_reached_the_end_of_site_yml_is_incomplete_not_ok():
+    view = ProvisionView(["n1", "n2", "n3"], clock=Clock(), end_task=END_TASK)
+    for host in ("n1", "n2", "n3"):
+        view.handle(ev("runner_on_ok", host, task="Gathering Facts", res={}))
+    view.handle(ev("runner_on_unreachable", "n3", task="Install", res={"msg": "ssh: connect to host n3 port 22"}))
+    view.handle(ev("runner_on_ok", "n1", task=END_TASK, res={}))
+    assert view.states() == {"n1": "ok", "n2": "incomplete", "n3": "UNREACHABLE"}
+    assert exit_code("successful", view) == 4
+    cluster = Cluster(hosts=(Host("n1", "a"), Host("n2", "b"), Host("n3", "c")), launcher="n1", inventory=Path("c.ini"))
+    line = unfinished_line(view, cluster)
+    assert line == "not finished: n2 incomplete, n3 unreachable; once fixed, 'pycli provision c.ini --retry' runs on just these"
+    # Without the unreachable host, an incomplete one still fails the run.
+    view.hosts.pop("n3")
+    assert exit_code("successful", view) == 1
+
+
+def test_a_playbook_without_the_end_task_has_no_incomplete_hosts():
+    view = ProvisionView(["n1"], clock=Clock())
+    view.handle(ev("runner_on_ok", "n1", task="ping", res={}))
+    assert view.states() == {"n1": "ok"} and exit_code("successful", view) == 0
+
+
+def test_the_task_pycli_waits_for_is_the_last_task_of_site_yml():
+    import yaml
+
+    from pycli.provision import SITE_PLAYBOOK
+
+    last_play = yaml.safe_load(SITE_PLAYBOOK.read_text())[-1]
+    assert last_play["hosts"] == "nodes" and "always" in last_play["tags"]
+    assert last_play["tasks"][-1]["name"] == END_TASK
+
+
+def _plays(path):
+    import yaml
+
+    for play in yaml.safe_load(path.read_text()):
+        imported = play.get("ansible.builtin.import_playbook")
+        if imported:
+            yield from _plays(path.parent / imported)
+        else:
+            yield play
+
+
+def test_retry_hosts_reach_every_node_play_but_trust_and_the_end_take_every_node():
+    from pycli.provision import SITE_PLAYBOOK
+
+    hosts = {play["name"]: play["hosts"] for play in _plays(SITE_PLAYBOOK)}
+    every_node = {name for name, pattern in hosts.items() if pattern == "nodes"}
+    assert every_node == {"SSH trust between the nodes", "End of the run"}
+    others = {pattern for name, pattern in hosts.items() if pattern not in ("nodes", "localhost")}
+    assert others == {"{{ pycli_hosts | default('nodes') }}"}
+    assert not any("serial" in play for play in _plays(SITE_PLAYBOOK))  # one dead node must not end the run
+
+
+def test_retry_passes_the_hosts_and_refuses_a_limit(tmp_path):
+    cluster = read_from(tmp_path / "hosts.ini")
+    request = build_request(cluster, ProvisionRequest(hosts=("node2",)))
+    assert request.extravars == {"pycli_hosts": "node2"} and request.limit is None
+    with pytest.raises(BadInput, match="--retry picks the hosts itself"):
+        build_request(cluster, ProvisionRequest(retry=True, limit="node1"))
+    with pytest.raises(BadInput, match="--retry works with site.yml, not cache.yml"):
+        build_request(cluster, ProvisionRequest(retry=True, playbook=CACHE_PLAYBOOK))
+    with pytest.raises(BadInput, match="ghost: not in"):
+        build_request(cluster, ProvisionRequest(hosts=("ghost",)))
+
+
+def _recap(runs, name, inventory, states, age):
+    folder = runs / name
+    folder.mkdir(parents=True)
+    path = folder / "recap.json"
+    path.write_text(json.dumps({"inventory": str(inventory.resolve()), "hosts": states}))
+    os.utime(path, (age, age))
+
+
+def test_retry_takes_the_unfinished_hosts_of_the_newest_run_of_that_inventory(tmp_path):
+    cluster = read_from(tmp_path / "hosts.ini")
+    runs = tmp_path / "runs"
+    _recap(runs, "20260101-000000-provision", cluster.inventory_path, {"node1": "FAILED", "node2": "ok"}, 1000)
+    _recap(runs, "20260102-000000-provision", cluster.inventory_path, {"node1": "ok", "node2": "UNREACHABLE"}, 2000)
+    _recap(runs, "20260103-000000-provision", tmp_path / "other.ini", {"node1": "FAILED"}, 3000)
+    (runs / "20260104-000000-provision").mkdir()
+    (runs / "20260104-000000-provision" / "recap.json").write_text("{not json")
+    assert last_unfinished(cluster, runs) == (runs / "20260102-000000-provision", ["node2"])
+
+
+def test_retry_without_an_earlier_run_is_one_line(tmp_path):
+    with pytest.raises(BadInput, match=r"^--retry: no earlier 'pycli provision' of .*hosts.ini under"):
+        last_unfinished(read_from(tmp_path / "hosts.ini"), tmp_path / "runs")
+
+
+def test_retry_after_a_run_that_finished_everything_runs_nothing(tmp_path, monkeypatch):
+    cluster = read_from(tmp_path / "hosts.ini")
+    monkeypatch.setenv("PYCLI_RUNS", str(tmp_path / "runs"))
+    _recap(tmp_path / "runs", "20260102-000000-provision", cluster.inventory_path, {"node1": "ok", "node2": "ok"}, 2000)
+    console = Console(record=True, width=400)
+    assert provision(cluster, ProvisionRequest(retry=True), console=console) == 0
+    assert "nothing to retry" in console.export_text()
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["20260102-000000-provision"]  # no new run

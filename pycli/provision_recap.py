@@ -1,0 +1,65 @@
+"""What a provisioning run left on each host, kept in its run folder for `pycli provision --retry`.
+
+A host is `ok` only when it went through every play of the run: site.yml ends with a play
+whose one task (END_TASK) each node reaches only that way. A host that neither failed nor
+became unreachable but never got there (the playbook stopped early, the run was cancelled) is
+`incomplete`, never `ok`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from pycli.cluster_model import Cluster
+from pycli.errors import BadInput
+
+# The name of the last task of playbooks/site.yml (play "End of the run").
+END_TASK = "Mark this node as through every play"
+RECAP_FILE = "recap.json"
+
+OK, FAILED, UNREACHABLE, INCOMPLETE = "ok", "FAILED", "UNREACHABLE", "incomplete"
+
+
+def host_state(*, unreachable: bool, failed: bool, through: bool | None) -> str:
+    """One host's outcome. `through` is None for a playbook without the end-of-run task."""
+    if unreachable:
+        return UNREACHABLE
+    if failed:
+        return FAILED
+    return INCOMPLETE if through is False else OK
+
+
+def write_recap(run_dir: Path, cluster: Cluster, states: Mapping[str, str]) -> Path:
+    path = run_dir / RECAP_FILE
+    record = {"inventory": str(cluster.inventory_path.resolve()), "hosts": dict(states)}
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return path
+
+
+def _recaps(runs: Path) -> list[Path]:
+    if not runs.is_dir():
+        return []
+    found = [p for p in runs.glob(f"*-provision*/{RECAP_FILE}") if p.is_file()]
+    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
+
+
+def last_unfinished(cluster: Cluster, runs: Path) -> tuple[Path, list[str]]:
+    """The newest provisioning run of this inventory under `runs`, and its hosts that did not
+    end `ok` (in inventory order, only those still in the inventory)."""
+    wanted = str(cluster.inventory_path.resolve())
+    for path in _recaps(runs):
+        try:
+            record = json.loads(path.read_text())
+            if record.get("inventory") != wanted:
+                continue
+            states = record["hosts"]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue  # a folder from another version or a damaged file: not this inventory's record
+        names = [host.name for host in cluster.hosts]
+        return path.parent, [name for name in names if states.get(name, OK) != OK]
+    raise BadInput(
+        f"--retry: no earlier 'pycli provision' of {cluster.inventory_path} under {runs} "
+        "(set PYCLI_RUNS to where that run's folder is)"
+    )

@@ -1,0 +1,117 @@
+"""A node that dies before or during `pycli provision` never stops the others, and
+`pycli provision --retry` finishes it once it is back (the shared `provisioned_cluster`).
+
+Each test kills node2's container (as a power loss would) and leaves the cluster whole again
+by starting it and running `--retry`, which also puts back the SSH trust the others dropped.
+"""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PYCLI, ROOT, run_pycli
+from tests.integration.conftest import CLUSTER
+
+pytestmark = pytest.mark.integration
+
+
+def _container(node: str):
+    import docker
+
+    return docker.from_env().containers.get(f"pycli-{CLUSTER}-{node}")
+
+
+def _address(inventory: Path, node: str) -> str:
+    return re.search(rf"(?m)^{node} ansible_host=(\S+)", inventory.read_text()).group(1)
+
+
+def _bring_back(inventory: Path) -> None:
+    """Start node2 again and wait until its sshd answers."""
+    container = _container("node2")
+    container.reload()
+    if container.status != "running":
+        container.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((_address(inventory, "node2"), 22), timeout=2) as conn:
+                if conn.recv(64).startswith(b"SSH-"):
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise AssertionError("node2's sshd did not come back within 120 s")
+
+
+def _recap(runs: Path) -> dict:
+    (path,) = sorted(runs.glob("*-provision*/recap.json"), key=lambda p: p.stat().st_mtime)[-1:]
+    return json.loads(path.read_text())["hosts"]
+
+
+def _retry(inventory: Path, runs: Path) -> None:
+    proc = run_pycli("provision", str(inventory), "--retry", env={"PYCLI_RUNS": str(runs)}, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    assert "provisioning 1 unfinished host(s) (node2)" in proc.stdout
+    assert _recap(runs) == {"node1": "ok", "node2": "ok"}
+    again = run_pycli("provision", str(inventory), "--retry", env={"PYCLI_RUNS": str(runs)})
+    assert again.returncode == 0 and "nothing to retry" in again.stdout, again.stdout + again.stderr
+
+
+def _check_build_on_node1() -> str:
+    code, output = _container("node1").exec_run(["/opt/pycli/venv/bin/horovodrun", "--check-build"])
+    assert code == 0, output.decode(errors="replace")
+    return output.decode(errors="replace")
+
+
+def test_a_node_down_before_provisioning_never_stops_the_others_and_retry_finishes_it(provisioned_cluster, tmp_path):
+    runs = tmp_path / "runs"
+    _container("node2").kill()
+    try:
+        proc = run_pycli("provision", str(provisioned_cluster), env={"PYCLI_RUNS": str(runs)}, timeout=1800)
+    finally:
+        _bring_back(provisioned_cluster)
+    assert proc.returncode == 4, proc.stdout[-4000:] + proc.stderr
+    # node1 went through every play (SSH trust, Open MPI, Horovod), node2 is named.
+    assert _recap(runs) == {"node1": "ok", "node2": "UNREACHABLE"}
+    assert "UNREACHABLE" in proc.stdout
+    assert "not finished: node2 unreachable; once fixed, 'pycli provision" in proc.stdout
+    assert "has no attribute 'hostname'" not in proc.stdout
+    assert "Gloo" in _check_build_on_node1()
+    _retry(provisioned_cluster, runs)
+
+
+def test_a_node_killed_mid_provisioning_leaves_the_others_finished(provisioned_cluster, tmp_path):
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [*PYCLI, "provision", str(provisioned_cluster)], cwd=ROOT, text=True, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, env={**os.environ, "PYCLI_RUNS": str(runs)},
+    )
+    lines: list[str] = []
+    killed = threading.Event()
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            # Before the driver play, which used to end the whole run when its batch failed.
+            if not killed.is_set() and line.startswith("play: Docker Engine"):
+                _container("node2").kill()
+                killed.set()
+        proc.wait(timeout=1800)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _bring_back(provisioned_cluster)
+    output = "".join(lines)
+    assert killed.is_set() and proc.returncode == 4, output[-4000:]
+    # Every play after the kill still ran on node1.
+    for play in ("play: NVIDIA driver", "play: SSH trust between the nodes", "play: Open MPI and Horovod", "play: End of the run"):
+        assert play in output, output[-4000:]
+    assert _recap(runs) == {"node1": "ok", "node2": "UNREACHABLE"}
+    _check_build_on_node1()
+    _retry(provisioned_cluster, runs)
