@@ -40,6 +40,7 @@ from pycli.launch_lines import (
 )
 from pycli.nodes import RemoteProcess, ssh_argv
 from pycli.paths import PROJECT_ROOT, cache_dir, new_run_dir
+from pycli.rank_exit import RankExitReader
 
 STAGE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "stage.yml"
 COLLECT_PLAYBOOK = PROJECT_ROOT / "playbooks" / "collect.yml"
@@ -282,7 +283,13 @@ def run_processes(plan: JobPlan, write: Callable[[str], None] = print, time_limi
     fails or the time limit passes; say how the job ended."""
     commands = launch_commands(plan)
     many = len(commands) > 1
-    processes = [RemoteProcess(ssh_argv(host, line), f"[{host.name}] " if many else "", write) for host, line in commands]
+    ranks = RankExitReader(plan.hosts)
+
+    def show(line: str) -> None:
+        ranks.feed(line)
+        write(line)
+
+    processes = [RemoteProcess(ssh_argv(host, line), f"[{host.name}] " if many else "", show) for host, line in commands]
     hosts = [host.name for host, _ in commands]
     user_interrupt = threading.Event()
     stopping = threading.Event()
@@ -345,6 +352,8 @@ def run_processes(plan: JobPlan, write: Callable[[str], None] = print, time_limi
     code = next((c for c in codes if c != 0), 0)
     if first and first[0].startswith("its --timeout"):
         return JobExit(EXIT_FAILED, first[0])
+    if code and ranks.first is not None:  # the launcher named the rank: say which, where and how
+        return JobExit(code, f"{ranks.first.describe()} first")
     return JobExit(code, first[0] if first else (failed_first() or ""))
 
 

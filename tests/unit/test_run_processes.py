@@ -3,6 +3,7 @@
 The processes are local shells standing in for the ssh sessions (`ssh_argv` is the seam)."""
 
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -11,14 +12,14 @@ from pycli.cluster_model import Host
 from pycli.errors import EXIT_FAILED
 
 
-def _run(monkeypatch, lines: dict[str, str], **kw):
-    hosts = [Host(name, "10.9.0.1") for name in lines]
-    monkeypatch.setattr(train, "launch_commands", lambda plan: [(h, lines[h.name]) for h in hosts])
+def _run(monkeypatch, lines: dict[str, str], hosts=None, **kw):
+    hosts = hosts or [Host(name, "10.9.0.1") for name in lines]
+    monkeypatch.setattr(train, "launch_commands", lambda plan: [(h, lines[h.name]) for h in hosts if h.name in lines])
     monkeypatch.setattr(train, "ssh_argv", lambda host, line: ["sh", "-c", line])
     monkeypatch.setattr(train, "STOP_GRACE_S", 1)
     said = []
     started = time.monotonic()
-    ended = train.run_processes(None, said.append, **kw)
+    ended = train.run_processes(SimpleNamespace(hosts=tuple(hosts)), said.append, **kw)
     return ended, said, time.monotonic() - started
 
 
@@ -38,6 +39,15 @@ def test_the_time_limit_stops_the_job_on_every_node(monkeypatch):
     assert ended == train.JobExit(EXIT_FAILED, "its --timeout of 1 s passed")
     assert "pycli: the job passed its --timeout of 1 s; stopping it on every node" in said
     assert took < 20
+
+
+def test_a_rank_the_launcher_names_is_said_with_its_host_and_signal(monkeypatch):
+    # One launcher on node1 for ranks on both nodes, as horovodrun --gloo: its words name the rank.
+    hosts = [Host("node1", "10.9.0.1"), Host("node2", "10.9.0.2")]
+    launcher = "echo 'Process 1 exit with status code 137.'; exit 1"
+    ended, said, _ = _run(monkeypatch, {"node1": launcher}, hosts=hosts)
+    assert ended == train.JobExit(1, "rank 1 on node2 was killed by SIGKILL (exit 137) first")
+    assert said == ["Process 1 exit with status code 137."]
 
 
 def test_a_job_that_ends_well_says_nothing(monkeypatch):
