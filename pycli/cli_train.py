@@ -30,6 +30,12 @@ def train_cmd(
     timeout: float | None = typer.Option(
         None, "--timeout", metavar="SECONDS", help="Stop the job on every node after this long (staging and results not counted)."
     ),
+    max_restarts: int = typer.Option(
+        0, "--max-restarts", help="Start a failed job again up to N times, from the newest checkpoint on the nodes."
+    ),
+    min_np: int | None = typer.Option(
+        None, "--min-np", help="With --max-restarts: go on with this few ranks when nodes stop answering (default: --np)."
+    ),
     docker: str | None = typer.Option(
         None, "--docker", metavar="IMAGE",
         help="Run every rank inside a container of IMAGE on its node (--gpus all --ipc=host, host network); "
@@ -67,6 +73,6 @@ def train_cmd(
     request = JobRequest(
         np=np, workload=workload or "mnist", launcher=launcher, controller=controller, script_args=tuple(script_args or ()),
         network_interface=network_interface, data_dir=data_dir, resume=resume, container=container,
-        time_limit_s=timeout,
+        time_limit_s=timeout, max_restarts=max_restarts, min_np=min_np,
     )
     raise typer.Exit(run_job(cluster, request).code)

@@ -59,9 +59,14 @@ def fill_slots(cluster: Cluster, np: int | None) -> tuple[Host, ...]:
             f"--np {np} is more than the {cluster.total_slots} slots of the cluster's "
             f"{len(cluster.hosts)} hosts; lower --np, or raise `slots` in the inventory"
         )
+    return fill_hosts(cluster.hosts, np)
+
+
+def fill_hosts(hosts: Sequence[Host], np: int) -> tuple[Host, ...]:
+    """`hosts` with their slots filled in order up to `np` processes (fill_slots, checked there)."""
     used: list[Host] = []
     left = np
-    for host in cluster.hosts:
+    for host in hosts:
         if left == 0:
             break
         take = min(host.slots, left)

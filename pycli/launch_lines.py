@@ -65,6 +65,7 @@ class JobPlan:
     resume: Path | None = None  # on the controller
     container: JobContainer | None = None  # --docker: every rank inside the job's containers
     rendezvous_port: int | None = None  # torchrun: a port found free on the first node while staging
+    resume_on_node: PurePosixPath | None = None  # a restart (--max-restarts): the checkpoint already on the nodes
 
     @property
     def job_dir(self) -> PurePosixPath:
@@ -98,13 +99,20 @@ def remote_data_dir(layout: NodeLayout, data_dir: Path) -> PurePosixPath:
     return layout.work_dir / "data" / f"{data_dir.name}-{digest}"
 
 
+def checkpoint_path(plan: JobPlan) -> PurePosixPath:
+    """Where the built-in workloads keep their checkpoint on every node of the job."""
+    return plan.job_dir / "checkpoints" / "last.pt"
+
+
 def workload_args(plan: JobPlan) -> list[str]:
     """The arguments pycli adds for its own workloads: data, checkpoint, metrics, resume."""
     args: list[str] = []
     name = plan.script.name
     if plan.script.parent == WORKLOADS_DIR and name in ("mnist.py", "ddp.py"):
-        args += ["--checkpoint", str(plan.job_dir / "checkpoints" / "last.pt"), "--metrics", str(plan.job_dir / "metrics.jsonl")]
-        if plan.resume is not None:
+        args += ["--checkpoint", str(checkpoint_path(plan)), "--metrics", str(plan.job_dir / "metrics.jsonl")]
+        if plan.resume_on_node is not None:
+            args += ["--resume", str(plan.resume_on_node)]
+        elif plan.resume is not None:
             args += ["--resume", str(plan.job_dir / "resume.pt")]
     if plan.script.parent == WORKLOADS_DIR and name == "synthetic.py":
         args += ["--metrics", str(plan.job_dir / "metrics.jsonl")]

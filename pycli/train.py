@@ -41,6 +41,7 @@ from pycli.launch_lines import (
 from pycli.nodes import RemoteProcess, ssh_argv
 from pycli.paths import PROJECT_ROOT, cache_dir, new_run_dir
 from pycli.rank_exit import RankExitReader
+from pycli.restarts import plan_restart
 
 STAGE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "stage.yml"
 COLLECT_PLAYBOOK = PROJECT_ROOT / "playbooks" / "collect.yml"
@@ -72,6 +73,8 @@ class JobRequest:
     resume: Path | None = None  # a checkpoint on the controller to continue from
     container: JobContainer | None = None  # every rank inside the job's containers (--docker)
     time_limit_s: float | None = None  # --timeout: stop the job on every node after this long
+    max_restarts: int = 0  # --max-restarts: start a failed job again this often (pycli/restarts.py)
+    min_np: int | None = None  # --min-np: a restart may go on with this few ranks; None: all --np
 
 
 def new_job_id(now: datetime | None = None) -> str:
@@ -106,6 +109,14 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
         raise BadInput(f"--data-dir {data_dir} is not a folder")
     if request.time_limit_s is not None and request.time_limit_s <= 0:
         raise BadInput(f"--timeout {request.time_limit_s:g}: give the job's time limit in seconds, more than 0")
+    if request.max_restarts < 0:
+        raise BadInput(f"--max-restarts {request.max_restarts}: give how often a failed job starts again, 0 or more")
+    if request.min_np is not None and not request.max_restarts:
+        raise BadInput("--min-np says how few ranks a restart may go on with; it needs --max-restarts")
+    if request.min_np is not None and not 1 <= request.min_np <= np:
+        raise BadInput(f"--min-np {request.min_np}: give a number of ranks from 1 to --np {np}")
+    if request.max_restarts and request.container is not None:
+        raise BadInput("--max-restarts does not work with --docker yet: restart the job with --resume")
     if resume is not None and not resume.is_file():
         raise BadInput(f"--resume {resume} does not exist")
     if resume is not None and workload not in ("mnist", "ddp"):
@@ -352,7 +363,8 @@ def run_processes(plan: JobPlan, write: Callable[[str], None] = print, time_limi
     code = next((c for c in codes if c != 0), 0)
     if first and first[0].startswith("its --timeout"):
         return JobExit(EXIT_FAILED, first[0])
-    if code and ranks.first is not None:  # the launcher named the rank: say which, where and how
+    lost = bool(first) and first[0].endswith(f"(ssh exit {SSH_FAILED})")  # pycli saw a node go: that comes first
+    if code and ranks.first is not None and not lost:  # the launcher named the rank: say which, where and how
         return JobExit(code, f"{ranks.first.describe()} first")
     return JobExit(code, first[0] if first else (failed_first() or ""))
 
@@ -459,6 +471,18 @@ def run_job(
                   f"(sshd on port {container.ssh_port}) in {time.monotonic() - up:.0f} s")
         started = time.monotonic()  # the job's own time, as without containers
         ended = run_processes(plan, write, request.time_limit_s)
+        for number in range(1, request.max_restarts + 1):
+            if ended.code in (0, EXIT_INTERRUPTED) or ended.why.startswith("its --timeout"):
+                break
+            stop_strays(plan, inventory, run_dir)  # what the failed attempt left on the nodes that answer
+            after = plan_restart(plan, request.np, request.min_np or request.np)
+            if isinstance(after, str):
+                write(f"pycli: no restart: {after}")
+                break
+            write(after.line(number, request.max_restarts, ended.why))
+            plan = after.plan
+            left_s = None if request.time_limit_s is None else max(1.0, request.time_limit_s - (time.monotonic() - started))
+            ended = run_processes(plan, write, left_s)
         code = ended.code
     finally:
         if container is not None:

@@ -290,6 +290,21 @@ class Metrics:
         if path and rank == 0:
             path.parent.mkdir(parents=True, exist_ok=True)
 
+    def keep_until(self, epoch: int) -> None:
+        """Drop records of epochs after `epoch`: a restart from that checkpoint does them again."""
+        if self.rank != 0 or not self.path or not self.path.is_file():
+            return
+        lines = self.path.read_text().splitlines()
+        kept = []
+        for line in lines:
+            try:
+                if json.loads(line).get("epoch", 0) <= epoch:
+                    kept.append(line)
+            except (ValueError, AttributeError):  # half a line, written as the rank was killed
+                pass
+        if len(kept) != len(lines):
+            self.path.write_text("".join(f"{line}\n" for line in kept))
+
     def log(self, record: dict) -> None:
         if self.rank != 0:
             return
@@ -349,7 +364,8 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--auto-scale-lr", action="store_true", help="multiply the LR by the number of processes")
     parser.add_argument("--amp", action="store_true", help="bf16 autocast on CPU, fp16 + GradScaler on CUDA")
     parser.add_argument("--resume", type=Path, help="checkpoint to continue from")
-    parser.add_argument("--checkpoint", type=Path, default=Path("checkpoints/last.pt"), help="written by rank 0 after each epoch")
+    parser.add_argument("--checkpoint", type=Path, default=Path("checkpoints/last.pt"),
+                        help="written after each epoch by the first rank of every node")
     parser.add_argument("--metrics", type=Path, default=Path("metrics.jsonl"), help="JSON lines, one per epoch (rank 0)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--cpu", action="store_true", help="ignore GPUs")
@@ -404,10 +420,13 @@ def train(comm, args) -> dict:
         random.setstate(state["rng_python"])
         if scaler is not None and state.get("scaler"):
             scaler.load_state_dict(state["scaler"])
+        for group in optimizer.param_groups:  # this run's rate: --auto-scale-lr follows the ranks there are now
+            group["lr"] = args.lr * scale
         if start_epoch >= args.epochs:
             raise WorkloadError(f"{args.resume} already finished epoch {start_epoch}; ask for more --epochs")
     comm.broadcast_state(model, optimizer)
     metrics = Metrics(args.metrics, comm.rank)
+    metrics.keep_until(start_epoch)
     if comm.rank == 0:
         print(
             f"training on {comm.size} process(es) via {comm.name}, device {device.type}, "
@@ -468,7 +487,9 @@ def train(comm, args) -> dict:
             "amp": bool(args.amp),
         }
         metrics.log(record)
-        if comm.rank == 0 and args.checkpoint:
+        # One copy on every node (each node's first rank writes it): a restart after a node is
+        # lost goes on from the copy on whichever node is rank 0 then.
+        if comm.local_rank == 0 and args.checkpoint:
             save_checkpoint(args.checkpoint, comm.unwrap(model), optimizer, epoch + 1, args, scaler)
     return record
 

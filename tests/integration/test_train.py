@@ -23,7 +23,11 @@ def train(inventory, *args, timeout=900):
 
 
 def results_of(proc):
-    line = next(l for l in proc.stdout.splitlines() if "results in " in l)
+    return results_in(proc.stdout)
+
+
+def results_in(output: str):
+    line = next(l for l in output.splitlines() if "results in " in l)
     return __import__("pathlib").Path(line.rsplit("results in ", 1)[1].strip())
 
 

@@ -99,6 +99,14 @@ def test_training_learns_and_resume_reproduces_the_uninterrupted_run(tmp_path, d
     assert "1 CPU thread(s) on rank 0" in full.stdout
     part = _ddp(tmp_path, digits, "--epochs", "2", "--metrics", "part.jsonl", "--checkpoint", "part.pt")
     assert part.returncode == 0, part.stderr
+    # As a rank killed after logging epoch 3 but before its checkpoint leaves it (--max-restarts
+    # goes on from epoch 2's checkpoint): the stale record and half a line are dropped.
+    with (tmp_path / "part.jsonl").open("a") as metrics:
+        metrics.write('{"epoch": 3, "train_loss": 9.0}\n{"epoch": 4, "tra')
+    other_rate = _ddp(tmp_path, digits, "--epochs", "3", "--resume", "part.pt", "--lr", "0.02", "--checkpoint", "rate.pt")
+    assert other_rate.returncode == 0, other_rate.stderr
+    # The rate is this run's, not the checkpoint's: --auto-scale-lr follows the ranks a restart has.
+    assert torch.load(tmp_path / "rate.pt", weights_only=True)["optimizer"]["param_groups"][0]["lr"] == 0.02
     resumed = _ddp(tmp_path, digits, "--epochs", "3", "--resume", "part.pt", "--metrics", "part.jsonl", "--checkpoint", "part.pt")
     assert resumed.returncode == 0, resumed.stderr
     assert "from epoch 3" in resumed.stdout

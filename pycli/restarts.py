@@ -1,0 +1,62 @@
+"""`pycli train --max-restarts N [--min-np M]`: how a failed job goes on.
+
+After a failure pycli asks every host of the job at once, over SSH, whether it still answers
+and which epoch its copy of the checkpoint holds (the first rank of every node writes one,
+workloads/trainlib.py). The job starts again on the hosts that answered, as many ranks as
+their slots allow up to the job's --np and not fewer than --min-np, from the checkpoint on
+the node that is rank 0 now: nothing goes through the controller.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, replace
+
+from pycli.hostfiles import fill_hosts
+from pycli.launch_lines import JobPlan, checkpoint_path
+from pycli.nodes import ssh_probe
+
+# Prints the epoch a checkpoint holds, or "none" where there is no checkpoint yet.
+_EPOCH = "import sys, torch; print(torch.load(sys.argv[1], map_location='cpu', weights_only=True)['epoch'])"
+
+
+def checkpoint_probe(plan: JobPlan) -> str:
+    path = shlex.quote(str(checkpoint_path(plan)))
+    return f"if [ -f {path} ]; then {shlex.quote(plan.python)} -c {shlex.quote(_EPOCH)} {path}; else echo none; fi"
+
+
+@dataclass(frozen=True)
+class Restart:
+    plan: JobPlan
+    epoch: int  # the epoch the checkpoint on the new rank 0 finished; 0: from the start
+    lost: tuple[str, ...]  # hosts that did not answer
+
+    def line(self, number: int, most: int, why: str) -> str:
+        start = f"from epoch {self.epoch + 1} (checkpoint on {self.plan.rank0.name})" if self.epoch else "from the start"
+        gone = f"; {', '.join(self.lost)} left out (no answer)" if self.lost else ""
+        return (f"pycli: restart {number} of {most}: {why or 'the job failed'}; going on {start} with "
+                f"{self.plan.np} rank(s) on {', '.join(h.name for h in self.plan.hosts)}{gone}")
+
+
+def _epoch(stdout: str) -> int | None:
+    words = stdout.split()
+    if words and words[-1] == "none":
+        return 0
+    return int(words[-1]) if words and words[-1].isdigit() else None
+
+
+def plan_restart(plan: JobPlan, wanted_np: int, min_np: int) -> Restart | str:
+    """The next attempt of a failed job, or why there is none."""
+    answers = ssh_probe(plan.hosts, checkpoint_probe(plan))
+    alive = tuple(h for h in plan.hosts if answers[h.name].ok and _epoch(answers[h.name].stdout) is not None)
+    lost = tuple(h.name for h in plan.hosts if h not in alive)
+    slots = sum(h.slots for h in plan.hosts if h in alive)
+    if not alive or slots < min_np:
+        said = "; ".join(f"{name}: {answers[name].why()}" for name in lost)
+        return f"{slots} slot(s) answer, fewer than --min-np {min_np} ({said})"
+    np = min(wanted_np, slots)
+    hosts = fill_hosts(alive, np)
+    epoch = _epoch(answers[hosts[0].name].stdout) or 0
+    resume = checkpoint_path(plan) if epoch else None
+    return Restart(replace(plan, hosts=hosts, np=np, resume=None, resume_on_node=resume), epoch, lost)
+
