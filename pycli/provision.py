@@ -149,8 +149,9 @@ class ProvisionView:
         self.hosts: dict[str, HostView] = {name: HostView() for name in hosts}
         self.play = ""
         self.notes: list[str] = []  # one line per failure or unreachable host, in order
-        self.end_task = end_task  # the playbook's last task: a host that reached it is through
+        self.end_task = end_task  # the playbook's last task: a node that reached it is through
         self.through: set[str] = set()
+        self.nodes = frozenset(hosts)  # others (the controller's localhost plays) have no end to reach
 
     def handle(self, event: Mapping[str, object]) -> None:
         kind = str(event.get("event"))
@@ -191,7 +192,7 @@ class ProvisionView:
 
     def state(self, name: str) -> str:
         result = self.hosts[name].result
-        through = None if self.end_task is None else name in self.through
+        through = None if self.end_task is None or name not in self.nodes else name in self.through
         return host_state(unreachable=result.unreachable, failed=bool(result.failed), through=through)
 
     def states(self) -> dict[str, str]:
@@ -289,7 +290,7 @@ def provision(cluster: Cluster, request: ProvisionRequest, console: Console | No
     partial = view.in_progress()
     view.finish()
     if end_task:
-        write_recap(run_dir, cluster, view.states())
+        write_recap(run_dir, cluster, {name: view.state(name) for name in view.nodes})
     console.print(view.table(False))
     for note in view.notes[shown_notes:] if code != EXIT_INTERRUPTED else []:
         console.print(f"  {note}")

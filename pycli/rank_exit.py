@@ -57,8 +57,8 @@ class RankExit:
 
     def describe(self) -> str:
         where = f"rank {self.rank} on {self.host}"
-        if self.code == SSH_LOST:
-            return f"{where} lost its SSH connection (exit {SSH_LOST}: the node stopped answering?)"
+        if self.code == SSH_LOST:  # a rank started over ssh: ssh says 255 for a signal and for a lost node alike
+            return f"{where} ended with exit {SSH_LOST} (ssh's: the rank was killed by a signal, or the node stopped answering)"
         if self.signal is not None:
             try:
                 name = signal.Signals(self.signal).name

@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, replace
 
+from pycli.cluster_model import Host
 from pycli.hostfiles import fill_hosts
 from pycli.launch_lines import JobPlan, checkpoint_path
 from pycli.nodes import ssh_probe
@@ -30,6 +31,7 @@ class Restart:
     plan: JobPlan
     epoch: int  # the epoch the checkpoint on the new rank 0 finished; 0: from the start
     lost: tuple[str, ...]  # hosts that did not answer
+    answering: tuple[Host, ...]  # every host of the failed attempt that answered (its strays are swept)
 
     def line(self, number: int, most: int, why: str) -> str:
         start = f"from epoch {self.epoch + 1} (checkpoint on {self.plan.rank0.name})" if self.epoch else "from the start"
@@ -58,5 +60,5 @@ def plan_restart(plan: JobPlan, wanted_np: int, min_np: int) -> Restart | str:
     hosts = fill_hosts(alive, np)
     epoch = _epoch(answers[hosts[0].name].stdout) or 0
     resume = checkpoint_path(plan) if epoch else None
-    return Restart(replace(plan, hosts=hosts, np=np, resume=None, resume_on_node=resume), epoch, lost)
+    return Restart(replace(plan, hosts=hosts, np=np, resume=None, resume_on_node=resume), epoch, lost, alive)
 

@@ -474,11 +474,12 @@ def run_job(
         for number in range(1, request.max_restarts + 1):
             if ended.code in (0, EXIT_INTERRUPTED) or ended.why.startswith("its --timeout"):
                 break
-            stop_strays(plan, inventory, run_dir)  # what the failed attempt left on the nodes that answer
+            # Ask first, so a node that is gone costs one SSH timeout, not an Ansible one too.
             after = plan_restart(plan, request.np, request.min_np or request.np)
             if isinstance(after, str):
                 write(f"pycli: no restart: {after}")
                 break
+            stop_strays(replace(plan, hosts=after.answering), inventory, run_dir)  # what the failed attempt left
             write(after.line(number, request.max_restarts, ended.why))
             plan = after.plan
             left_s = None if request.time_limit_s is None else max(1.0, request.time_limit_s - (time.monotonic() - started))

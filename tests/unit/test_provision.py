@@ -190,13 +190,15 @@ def test_a_host_that_never_reached_the_end_of_site_yml_is_incomplete_not_ok():
         view.handle(ev("runner_on_ok", host, task="Gathering Facts", res={}))
     view.handle(ev("runner_on_unreachable", "n3", task="Install", res={"msg": "ssh: connect to host n3 port 22"}))
     view.handle(ev("runner_on_ok", "n1", task=END_TASK, res={}))
-    assert view.states() == {"n1": "ok", "n2": "incomplete", "n3": "UNREACHABLE"}
+    view.handle(ev("runner_on_ok", "localhost", task="Stop when the inventory has no nodes", res={}))
+    assert view.states() == {"n1": "ok", "n2": "incomplete", "n3": "UNREACHABLE", "localhost": "ok"}
     assert exit_code("successful", view) == 4
     cluster = Cluster(hosts=(Host("n1", "a"), Host("n2", "b"), Host("n3", "c")), launcher="n1", inventory=Path("c.ini"))
     line = unfinished_line(view, cluster)
     assert line == "not finished: n2 incomplete, n3 unreachable; once fixed, 'pycli provision c.ini --retry' runs on just these"
     # Without the unreachable host, an incomplete one still fails the run.
     view.hosts.pop("n3")
+    view.hosts.pop("localhost")
     assert exit_code("successful", view) == 1
 
 

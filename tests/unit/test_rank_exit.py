@@ -70,7 +70,7 @@ def test_torchrun_root_cause_is_read_through_pycli_s_host_prefix():
 
 
 @pytest.mark.parametrize(("code", "said"), [
-    (255, "rank 1 on node1 lost its SSH connection (exit 255: the node stopped answering?)"),
+    (255, "rank 1 on node1 ended with exit 255 (ssh's: the rank was killed by a signal, or the node stopped answering)"),
     (-15, "rank 1 on node1 was killed by SIGTERM (exit -15)"),
     (1, "rank 1 on node1 exited 1"),
     (200, "rank 1 on node1 exited 200"),
