@@ -1,7 +1,7 @@
 """A node that dies before or during `pycli provision` never stops the others, and
 `pycli provision --retry` finishes it once it is back (the shared `provisioned_cluster`).
 
-Each test kills node2's container (as a power loss would) and leaves the cluster whole again
+The test kills node2's container (as a power loss would) and leaves the cluster whole again
 by starting it and running `--retry`, which also puts back the SSH trust the others dropped.
 """
 
@@ -10,7 +10,6 @@ import os
 import re
 import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -70,48 +69,45 @@ def _check_build_on_node1() -> str:
     return output.decode(errors="replace")
 
 
-def test_a_node_down_before_provisioning_never_stops_the_others_and_retry_finishes_it(provisioned_cluster, tmp_path):
-    runs = tmp_path / "runs"
-    _container("node2").kill()
-    try:
-        proc = run_pycli("provision", str(provisioned_cluster), env={"PYCLI_RUNS": str(runs)}, timeout=1800)
-    finally:
-        _bring_back(provisioned_cluster)
-    assert proc.returncode == 4, proc.stdout[-4000:] + proc.stderr
-    # node1 went through every play (SSH trust, Open MPI, Horovod), node2 is named.
-    assert _recap(runs) == {"node1": "ok", "node2": "UNREACHABLE"}
-    assert "UNREACHABLE" in proc.stdout
-    assert "not finished: node2 unreachable; once fixed, 'pycli provision" in proc.stdout
-    assert "has no attribute 'hostname'" not in proc.stdout
-    assert "Gloo" in _check_build_on_node1()
-    _retry(provisioned_cluster, runs)
-
-
-def test_a_node_killed_mid_provisioning_leaves_the_others_finished(provisioned_cluster, tmp_path):
-    runs = tmp_path / "runs"
-    proc = subprocess.Popen(
-        [*PYCLI, "provision", str(provisioned_cluster)], cwd=ROOT, text=True, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, env={**os.environ, "PYCLI_RUNS": str(runs)},
-    )
+def _provision_killing_node2(inventory: Path, runs: Path, when: str | None) -> tuple[int, str]:
+    """`pycli provision` with node2 killed before it starts (when=None) or once a line starting
+    with `when` is printed; node2 is started again after. Exit code and what pycli printed."""
+    if when is None:
+        _container("node2").kill()
+    proc = subprocess.Popen([*PYCLI, "provision", str(inventory)], cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env={**os.environ, "PYCLI_RUNS": str(runs)})
     lines: list[str] = []
-    killed = threading.Event()
     try:
         for line in proc.stdout:
             lines.append(line)
-            # Before the driver play, which used to end the whole run when its batch failed.
-            if not killed.is_set() and line.startswith("play: Docker Engine"):
+            if when is not None and line.startswith(when):
                 _container("node2").kill()
-                killed.set()
+                when = None
         proc.wait(timeout=1800)
     finally:
         if proc.poll() is None:
             proc.kill()
-        _bring_back(provisioned_cluster)
-    output = "".join(lines)
-    assert killed.is_set() and proc.returncode == 4, output[-4000:]
-    # Every play after the kill still ran on node1.
+        _bring_back(inventory)
+    assert when is None, "".join(lines)[-3000:]  # the kill happened
+    return proc.returncode, "".join(lines)
+
+
+def test_a_dead_node_never_stops_the_others_and_retry_finishes_it(provisioned_cluster, tmp_path):
+    runs = tmp_path / "runs"
+    # Killed before the run: the hostname check and SSH trust used to fail node1 too.
+    code, output = _provision_killing_node2(provisioned_cluster, runs, when=None)
+    assert code == 4, output[-4000:]
+    assert _recap(runs) == {"node1": "ok", "node2": "UNREACHABLE"}  # node1 went through every play
+    assert "UNREACHABLE" in output and "has no attribute 'hostname'" not in output
+    assert "not finished: node2 unreachable; once fixed, 'pycli provision" in output
+    assert "Gloo" in _check_build_on_node1()
+
+    # Killed before the driver play, which as a `serial` play ended the whole run when its batch failed.
+    code, output = _provision_killing_node2(provisioned_cluster, runs, when="play: Docker Engine")
+    assert code == 4, output[-4000:]
     for play in ("play: NVIDIA driver", "play: SSH trust between the nodes", "play: Open MPI and Horovod", "play: End of the run"):
         assert play in output, output[-4000:]
     assert _recap(runs) == {"node1": "ok", "node2": "UNREACHABLE"}
-    _check_build_on_node1()
+
+    # node2 is back: --retry finishes it (and gives both nodes their trust back); then nothing is left.
     _retry(provisioned_cluster, runs)

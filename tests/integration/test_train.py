@@ -1,6 +1,8 @@
-"""`pycli train` on the provisioned 2-node local cluster: every launcher, resume, Ctrl-C, bad input."""
+"""`pycli train` on the provisioned 2-node local cluster: every launcher, resume, Ctrl-C, bad input,
+and --max-restarts after a killed rank or a lost node (node2 is brought back after)."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -13,9 +15,13 @@ import torch
 from pycli.local_cluster import LABEL_CLUSTER
 from tests.conftest import ROOT, run_pycli
 from tests.integration.conftest import CLUSTER
+from tests.integration.test_node_down import _bring_back, _container
 
 pytestmark = pytest.mark.integration
 FAST = ["--threads", "1"]
+# The Horovod mnist runs: small batches make epochs long enough that a kill after epoch 1
+# lands in a later one (the restart test), and the other runs compare with this one.
+WORK = ["--epochs", "4", "--batch-size", "16", *FAST]
 
 
 def train(inventory, *args, timeout=900):
@@ -37,7 +43,7 @@ def records(results):
 
 @pytest.fixture(scope="module")
 def mnist_gloo(provisioned_cluster):
-    proc = train(provisioned_cluster, "mnist", "--np", "2", "--", "--epochs", "3", *FAST)
+    proc = train(provisioned_cluster, "mnist", "--np", "2", "--", *WORK)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     return proc
 
@@ -46,18 +52,18 @@ def test_horovod_gloo_learns_across_both_nodes(mnist_gloo):
     assert "via horovodrun --gloo" in mnist_gloo.stdout
     assert "[0]<stdout>:" in mnist_gloo.stdout  # output streamed with rank prefixes
     got = records(results_of(mnist_gloo))
-    assert [r["epoch"] for r in got] == [1, 2, 3] and all(r["ranks"] == 2 for r in got)
+    assert [r["epoch"] for r in got] == [1, 2, 3, 4] and all(r["ranks"] == 2 for r in got)
     assert got[-1]["train_loss"] < got[0]["train_loss"]
     assert got[-1]["val_accuracy"] > 0.5  # chance is 0.1
 
 
 def test_checkpoint_is_fetched_and_resume_continues_with_the_same_metrics(provisioned_cluster, mnist_gloo, tmp_path):
     straight = records(results_of(mnist_gloo))
-    first = train(provisioned_cluster, "mnist", "--np", "2", "--", "--epochs", "2", *FAST)
+    first = train(provisioned_cluster, "mnist", "--np", "2", "--", *WORK, "--epochs", "2")
     assert first.returncode == 0, first.stdout[-3000:]
     checkpoint = results_of(first) / "checkpoints" / "last.pt"
     assert torch.load(checkpoint, weights_only=True)["epoch"] == 2
-    resumed = train(provisioned_cluster, "mnist", "--np", "2", "--resume", str(checkpoint), "--", "--epochs", "3", *FAST)
+    resumed = train(provisioned_cluster, "mnist", "--np", "2", "--resume", str(checkpoint), "--", *WORK, "--epochs", "3")
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert "from epoch 3" in resumed.stdout
     (third,) = records(results_of(resumed))
@@ -158,3 +164,63 @@ def test_unreachable_nodes_exit_4(local_cluster, tmp_path):
                     .replace("[nodes:vars]\n", "[nodes:vars]\nansible_ssh_timeout=3\n"))
     proc = run_pycli("train", "mnist", "--np", "1", "-i", str(dead))
     assert proc.returncode == 4 and "cannot reach ghost" in proc.stderr, proc.stdout + proc.stderr
+
+
+# --- --max-restarts: a killed rank, a lost node ------------------------------------------
+
+
+def run_and_kill(inventory, *args, after: str, kill):
+    """Start `pycli train`, call kill() once a line holding `after` is printed; what it printed."""
+    proc = subprocess.Popen([sys.executable, "-m", "pycli", "train", "-i", str(inventory), *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, killed = [], False
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if not killed and after in line:
+                kill()
+                killed = True
+        proc.wait(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = "".join(lines)
+    assert killed, output[-3000:]
+    return proc.returncode, output
+
+
+def test_a_killed_rank_restarts_from_the_newest_checkpoint_and_ends_as_an_uninterrupted_run(provisioned_cluster, mnist_gloo):
+    def kill_rank_on_node2():  # the rank's Python process itself, not the shell around it
+        code, out = _container("node2").exec_run(
+            ["bash", "-c", "pids=$(ps -eo pid=,comm=,args= | awk '$2 ~ /^python/ && /[/]srv[/]pycli[/]jobs[/].*mnist.py/ "
+             "{print $1}'); [ -n \"$pids\" ] && kill -9 $pids && echo killed"])
+        assert code == 0 and b"killed" in out, out
+
+    code, output = run_and_kill(provisioned_cluster, "mnist", "--np", "2", "--max-restarts", "1", "--", *WORK,
+                                after="epoch=1 ", kill=kill_rank_on_node2)
+    assert code == 0, output[-4000:]
+    # horovodrun starts rank 1 over ssh, which says 255 for a rank killed by a signal.
+    restart = re.search(r"pycli: restart 1 of 1: rank 1 on node2 ended with exit 255 \(ssh's: the rank was killed by a "
+                        r"signal, or the node stopped answering\) first; "
+                        r"going on from epoch (\d) \(checkpoint on node1\) with 2 rank\(s\) on node1, node2", output)
+    assert restart, output[-4000:]
+    finished_before = max(int(n) for n in re.findall(r"epoch=(\d) ", output[:restart.start()]))
+    assert int(restart[1]) == finished_before + 1  # only the epoch the kill broke into is done again
+    pieced, expected = records(results_in(output)), records(results_of(mnist_gloo))
+    assert [r["epoch"] for r in pieced] == [1, 2, 3, 4]
+    for key in ("train_loss", "val_loss", "val_accuracy"):  # the same seed, data order and weights
+        assert pieced[-1][key] == pytest.approx(expected[-1][key], rel=1e-5), key
+
+
+def test_a_lost_node_lets_torchrun_finish_on_the_node_left(provisioned_cluster):
+    try:
+        code, output = run_and_kill(provisioned_cluster, "ddp", "--np", "2", "--max-restarts", "1", "--min-np", "1",
+                                    "--", *WORK, after="epoch=1 ", kill=lambda: _container("node2").kill())
+    finally:
+        _bring_back(provisioned_cluster)
+    assert code == 0, output[-4000:]
+    assert re.search(r"pycli: restart 1 of 1: .*; going on from epoch \d \(checkpoint on node1\) with 1 rank\(s\) "
+                     r"on node1; node2 left out \(no answer\)", output), output[-4000:]
+    got = records(results_in(output))
+    assert [r["epoch"] for r in got] == [1, 2, 3, 4] and got[-1]["ranks"] == 1
+    assert json.dumps(got)  # the metrics came back from node1
