@@ -19,6 +19,9 @@ from pycli import runner
 from pycli.cluster_model import Cluster, Host
 
 SSH_TIMEOUT_S = 10
+# OpenSSH exits 255 on its own errors: the connection failed, keepalives went unanswered, or
+# the remote command was killed by a signal.
+SSH_FAILED = 255
 # A job's SSH sessions ask every 15 s whether the node still answers, and give up after 4 misses.
 KEEPALIVE_S = 15
 KEEPALIVE_MISSES = 4

@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pycli.cluster_model import Host
+from pycli.nodes import SSH_FAILED
 
-# ssh's own exit code when the connection failed or stopped answering.
-SSH_LOST = 255
 
 # horovodrun --gloo, per rank as it fails: "Process 1 exit with status code 137."
 _HOROVOD_GLOO = re.compile(r"\bProcess (\d+) exit with status code (-?\d+)\.")
@@ -57,8 +56,8 @@ class RankExit:
 
     def describe(self) -> str:
         where = f"rank {self.rank} on {self.host}"
-        if self.code == SSH_LOST:  # a rank started over ssh: ssh says 255 for a signal and for a lost node alike
-            return f"{where} ended with exit {SSH_LOST} (ssh's: the rank was killed by a signal, or the node stopped answering)"
+        if self.code == SSH_FAILED:  # a rank started over ssh: ssh says 255 for a signal and for a lost node alike
+            return f"{where} ended with exit {SSH_FAILED} (ssh's: the rank was killed by a signal, or the node stopped answering)"
         if self.signal is not None:
             try:
                 name = signal.Signals(self.signal).name

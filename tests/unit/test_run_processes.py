@@ -7,19 +7,19 @@ from types import SimpleNamespace
 
 import pytest
 
-from pycli import train
+from pycli import job_processes
 from pycli.cluster_model import Host
-from pycli.errors import EXIT_FAILED
+from pycli.errors import EXIT_FAILED, BadInput
 
 
 def _run(monkeypatch, lines: dict[str, str], hosts=None, **kw):
     hosts = hosts or [Host(name, "10.9.0.1") for name in lines]
-    monkeypatch.setattr(train, "launch_commands", lambda plan: [(h, lines[h.name]) for h in hosts if h.name in lines])
-    monkeypatch.setattr(train, "ssh_argv", lambda host, line: ["sh", "-c", line])
-    monkeypatch.setattr(train, "STOP_GRACE_S", 1)
+    monkeypatch.setattr(job_processes, "launch_commands", lambda plan: [(h, lines[h.name]) for h in hosts if h.name in lines])
+    monkeypatch.setattr(job_processes, "ssh_argv", lambda host, line: ["sh", "-c", line])
+    monkeypatch.setattr(job_processes, "STOP_GRACE_S", 1)
     said = []
     started = time.monotonic()
-    ended = train.run_processes(SimpleNamespace(hosts=tuple(hosts)), said.append, **kw)
+    ended = job_processes.run_processes(SimpleNamespace(hosts=tuple(hosts)), said.append, **kw)
     return ended, said, time.monotonic() - started
 
 
@@ -36,7 +36,7 @@ def test_a_host_whose_ssh_fails_stopped_answering(monkeypatch):
 
 def test_the_time_limit_stops_the_job_on_every_node(monkeypatch):
     ended, said, took = _run(monkeypatch, {"node1": "exec sleep 60", "node2": "exec sleep 60"}, time_limit_s=1)
-    assert ended == train.JobExit(EXIT_FAILED, "its --timeout of 1 s passed")
+    assert ended == job_processes.JobExit(EXIT_FAILED, "its --timeout of 1 s passed")
     assert "pycli: the job passed its --timeout of 1 s; stopping it on every node" in said
     assert took < 20
 
@@ -46,18 +46,18 @@ def test_a_rank_the_launcher_names_is_said_with_its_host_and_signal(monkeypatch)
     hosts = [Host("node1", "10.9.0.1"), Host("node2", "10.9.0.2")]
     launcher = "echo 'Process 1 exit with status code 137.'; exit 1"
     ended, said, _ = _run(monkeypatch, {"node1": launcher}, hosts=hosts)
-    assert ended == train.JobExit(1, "rank 1 on node2 was killed by SIGKILL (exit 137) first")
+    assert ended == job_processes.JobExit(1, "rank 1 on node2 was killed by SIGKILL (exit 137) first")
     assert said == ["Process 1 exit with status code 137."]
 
 
 def test_a_job_that_ends_well_says_nothing(monkeypatch):
     ended, _, _ = _run(monkeypatch, {"node1": "true", "node2": "true"})
-    assert ended == train.JobExit(0, "")
+    assert ended == job_processes.JobExit(0, "")
 
 
 @pytest.mark.parametrize("limit", [0, -5])
 def test_a_time_limit_must_be_positive(limit):
     from tests.unit.test_train_plan import plan
 
-    with pytest.raises(train.BadInput, match="--timeout"):
+    with pytest.raises(BadInput, match="--timeout"):
         plan(time_limit_s=limit)

@@ -1,0 +1,108 @@
+"""A job's processes on its nodes: started over SSH, their output streamed, Ctrl-C forwarded,
+all stopped when one fails or the time limit passes, and how the job ended said in words."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED
+from pycli.launch_lines import JobPlan, launch_commands
+from pycli.nodes import SSH_FAILED, RemoteProcess, ssh_argv
+from pycli.rank_exit import RankExitReader
+
+
+@dataclass(frozen=True)
+class JobExit:
+    """How the job's processes ended: the exit code, and which host ended it first and how."""
+
+    code: int
+    why: str = ""  # e.g. "node2 exited 1 first", "node2 stopped answering", "its --timeout of 60 s passed"
+
+
+# How long the job's processes get to end on Ctrl-C, once pycli stops them itself.
+STOP_GRACE_S = 30
+
+
+def run_processes(plan: JobPlan, write: Callable[[str], None] = print, time_limit_s: float | None = None) -> JobExit:
+    """Start the job's processes, stream their output, forward Ctrl-C, stop them all when one
+    fails or the time limit passes; say how the job ended."""
+    commands = launch_commands(plan)
+    many = len(commands) > 1
+    ranks = RankExitReader(plan.hosts)
+
+    def show(line: str) -> None:
+        ranks.feed(line)
+        write(line)
+
+    processes = [RemoteProcess(ssh_argv(host, line), f"[{host.name}] " if many else "", show) for host, line in commands]
+    hosts = [host.name for host, _ in commands]
+    user_interrupt = threading.Event()
+    stopping = threading.Event()
+    first: list[str] = []  # why the job ended, said once
+    deadline = time.monotonic() + time_limit_s if time_limit_s else None
+
+    stop_asked: list[float] = []
+
+    def stop_all() -> None:
+        stopping.set()
+        stop_asked.append(time.monotonic())
+        for proc in processes:
+            proc.interrupt()
+
+    def on_sigint(*_) -> None:
+        if user_interrupt.is_set():
+            for proc in processes:
+                proc.kill()
+            return
+        user_interrupt.set()
+        write("pycli: interrupting the job on every node (Ctrl-C again to stop waiting)")
+        stop_all()
+
+    def failed_first() -> str | None:
+        for name, proc in zip(hosts, processes, strict=True):
+            code = proc.proc.poll()
+            if code == SSH_FAILED:
+                return f"{name} stopped answering (ssh exit {SSH_FAILED})"
+            if code not in (None, 0):
+                return f"{name} exited {code} first" if many else f"exit {code} on {name}"
+        return None
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        for proc in processes:
+            while True:
+                try:
+                    proc.wait(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    if stopping.is_set():
+                        # Ranks that do not end on Ctrl-C: drop the connections (the sweep follows).
+                        if not user_interrupt.is_set() and time.monotonic() - stop_asked[0] > STOP_GRACE_S:
+                            for other in processes:
+                                other.kill()
+                        continue
+                    if deadline is not None and time.monotonic() > deadline:
+                        first.append(f"its --timeout of {time_limit_s:g} s passed")
+                        write(f"pycli: the job passed its --timeout of {time_limit_s:g} s; stopping it on every node")
+                        stop_all()
+                    # One node's failure (torchrun: one launcher per node) must end the others.
+                    elif many and (why := failed_first()) is not None:
+                        first.append(why)
+                        stop_all()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if user_interrupt.is_set():
+        return JobExit(EXIT_INTERRUPTED, "interrupted")
+    codes = [proc.proc.returncode for proc in processes]
+    code = next((c for c in codes if c != 0), 0)
+    if first and first[0].startswith("its --timeout"):
+        return JobExit(EXIT_FAILED, first[0])
+    lost = bool(first) and first[0].endswith(f"(ssh exit {SSH_FAILED})")  # pycli saw a node go: that comes first
+    if code and ranks.first is not None and not lost:  # the launcher named the rank: say which, where and how
+        return JobExit(code, f"{ranks.first.describe()} first")
+    return JobExit(code, first[0] if first else (failed_first() or ""))
