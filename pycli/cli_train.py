@@ -57,6 +57,8 @@ def train_cmd(
     from pycli.errors import BadInput
     from pycli.train import WORKLOADS, JobRequest, run_job
 
+    if workload is not None and workload.startswith("-"):  # `train --np 8 -- --epochs 1`: no workload named
+        workload, script_args = None, [workload, *(script_args or [])]
     positional, rest = leading_inventory([workload, *(script_args or [])] if workload else [], tuple(WORKLOADS))
     if positional is not None:  # the workload, if named, follows the inventory; script arguments start with '-'
         workload = rest.pop(0) if rest and not rest[0].startswith("-") else None

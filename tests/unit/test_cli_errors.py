@@ -127,3 +127,14 @@ def test_values_that_would_reach_a_shell_are_one_line_and_exit_2(inventory, opti
     assert main(["train", str(path), "synthetic", "--np", "1", *options]) == 2
     err = capsys.readouterr().err
     assert message in err and err.startswith("pycli: error: ") and err.count("\n") == 1
+
+
+def test_arguments_after_the_double_dash_are_the_workload_s_when_none_is_named(tmp_path, capsys, monkeypatch):
+    # `pycli train --np 8 -- --epochs 1` runs mnist with --epochs 1; it reaches the plan's own
+    # checks (here a --min-np too large), never "unknown workload '--epochs'".
+    monkeypatch.setenv("PYCLI_CACHE", str(tmp_path / "cache"))
+    inventory = tmp_path / "a.ini"
+    inventory.write_text(INVENTORY)
+    argv = ["train", "--np", "4", "-i", str(inventory), "--max-restarts", "1", "--min-np", "9", "--", "--epochs", "1"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == "pycli: error: --min-np 9: give a number of ranks from 1 to --np 4\n"
