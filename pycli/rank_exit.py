@@ -63,7 +63,8 @@ class RankExit:
                 name = signal.Signals(self.signal).name
             except ValueError:
                 name = f"signal {self.signal}"
-            return f"{where} was killed by {name} (exit {self.code})"
+            # A shell's 128+N is shown as it was seen; a launcher that names the signal needs no number.
+            return f"{where} was killed by {name}" + (f" (exit {self.code})" if self.code > 0 else "")
         return f"{where} exited {self.code}"
 
 
