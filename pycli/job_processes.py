@@ -22,6 +22,8 @@ class JobExit:
 
     code: int
     why: str = ""  # e.g. "node2 exited 1 first", "node2 stopped answering", "its --timeout of 60 s passed"
+    timed_out: bool = False  # pycli stopped it: its time limit passed
+    lost: bool = False  # a node's SSH session ended with ssh's own error: the node stopped answering
 
 
 # How long the job's processes get to end on Ctrl-C, once pycli stops them itself.
@@ -43,7 +45,7 @@ def run_processes(plan: JobPlan, write: Callable[[str], None] = print, time_limi
     hosts = [host.name for host, _ in commands]
     user_interrupt = threading.Event()
     stopping = threading.Event()
-    first: list[str] = []  # why the job ended, said once
+    first: list[JobExit] = []  # what ended the job, as pycli saw it first
     deadline = time.monotonic() + time_limit_s if time_limit_s else None
 
     stop_asked: list[float] = []
@@ -63,13 +65,13 @@ def run_processes(plan: JobPlan, write: Callable[[str], None] = print, time_limi
         write("pycli: interrupting the job on every node (Ctrl-C again to stop waiting)")
         stop_all()
 
-    def failed_first() -> str | None:
+    def failed_first() -> JobExit | None:
         for name, proc in zip(hosts, processes, strict=True):
             code = proc.proc.poll()
             if code == SSH_FAILED:
-                return f"{name} stopped answering (ssh exit {SSH_FAILED})"
+                return JobExit(code, f"{name} stopped answering (ssh exit {SSH_FAILED})", lost=True)
             if code not in (None, 0):
-                return f"{name} exited {code} first" if many else f"exit {code} on {name}"
+                return JobExit(code, f"{name} exited {code} first" if many else f"exit {code} on {name}")
         return None
 
     previous = signal.signal(signal.SIGINT, on_sigint)
@@ -87,12 +89,12 @@ def run_processes(plan: JobPlan, write: Callable[[str], None] = print, time_limi
                                 other.kill()
                         continue
                     if deadline is not None and time.monotonic() > deadline:
-                        first.append(f"its --timeout of {time_limit_s:g} s passed")
+                        first.append(JobExit(EXIT_FAILED, f"its --timeout of {time_limit_s:g} s passed", timed_out=True))
                         write(f"pycli: the job passed its --timeout of {time_limit_s:g} s; stopping it on every node")
                         stop_all()
                     # One node's failure (torchrun: one launcher per node) must end the others.
-                    elif many and (why := failed_first()) is not None:
-                        first.append(why)
+                    elif many and (found := failed_first()) is not None:
+                        first.append(found)
                         stop_all()
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -100,9 +102,10 @@ def run_processes(plan: JobPlan, write: Callable[[str], None] = print, time_limi
         return JobExit(EXIT_INTERRUPTED, "interrupted")
     codes = [proc.proc.returncode for proc in processes]
     code = next((c for c in codes if c != 0), 0)
-    if first and first[0].startswith("its --timeout"):
-        return JobExit(EXIT_FAILED, first[0])
-    lost = bool(first) and first[0].endswith(f"(ssh exit {SSH_FAILED})")  # pycli saw a node go: that comes first
-    if code and ranks.first is not None and not lost:  # the launcher named the rank: say which, where and how
+    seen = first[0] if first else failed_first()
+    if seen is not None and seen.timed_out:
+        return seen
+    # The launcher named the rank: say which, where and how, unless pycli saw a node go first.
+    if code and ranks.first is not None and not (seen is not None and seen.lost):
         return JobExit(code, f"{ranks.first.describe()} first")
-    return JobExit(code, first[0] if first else (failed_first() or ""))
+    return JobExit(code, seen.why if seen is not None else "")

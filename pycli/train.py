@@ -374,7 +374,7 @@ def run_job(
         started = time.monotonic()  # the job's own time, as without containers
         ended = run_processes(plan, write, request.time_limit_s)
         for number in range(1, request.max_restarts + 1):
-            if ended.code in (0, EXIT_INTERRUPTED) or ended.why.startswith("its --timeout"):
+            if ended.code in (0, EXIT_INTERRUPTED) or ended.timed_out:
                 break
             # Ask first, so a node that is gone costs one SSH timeout, not an Ansible one too.
             after = plan_restart(plan, request.np, request.min_np or request.np)
