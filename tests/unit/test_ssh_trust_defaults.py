@@ -36,3 +36,16 @@ def test_bridges_and_virtual_links_never_give_the_key_a_source_address(interface
 
     pattern = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())["ssh_trust_ignored_interfaces"]
     assert bool(re.match(pattern, interface)) is ignored
+
+
+def test_the_members_keep_the_group_s_order_so_a_second_run_writes_the_same_files():
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    members = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__ssh_trust_members"]
+    group = [f"node{i}" for i in range(1, 13)]
+    answered = [host for host in reversed(group) if host != "node7"]  # node7 is down
+    rendered = Templar(loader=DataLoader(), variables={
+        "groups": {"nodes": group}, "ssh_trust_cluster_group": "nodes", "ansible_play_hosts": answered,
+    }).template(trust_as_template(members))
+    assert rendered == [host for host in group if host != "node7"]
