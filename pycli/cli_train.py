@@ -31,10 +31,16 @@ def train_cmd(
         None, "--timeout", metavar="SECONDS", help="Stop the job on every node after this long (staging and results not counted)."
     ),
     max_restarts: int = typer.Option(
-        0, "--max-restarts", help="Start a failed job again up to N times, from the newest checkpoint on the nodes."
+        0, "--max-restarts", help="Start a failed job again up to N times, from the newest checkpoint on the nodes "
+        "(with --elastic under torchrun: its agents' restarts)."
     ),
     min_np: int | None = typer.Option(
-        None, "--min-np", help="With --max-restarts: go on with this few ranks when nodes stop answering (default: --np)."
+        None, "--min-np", help="With --max-restarts or --elastic: go on with this few ranks when nodes are lost (default: --np)."
+    ),
+    elastic: bool = typer.Option(
+        False, "--elastic", help="The launcher's elastic mode: horovodrun's (mnist) goes on with the ranks left "
+        "from the last epoch; torchrun's (ddp) agents start the ranks again on the nodes left, up to --max-restarts "
+        "(default 3) times.",
     ),
     docker: str | None = typer.Option(
         None, "--docker", metavar="IMAGE",
@@ -75,6 +81,6 @@ def train_cmd(
     request = JobRequest(
         np=np, workload=workload or "mnist", launcher=launcher, controller=controller, script_args=tuple(script_args or ()),
         network_interface=network_interface, data_dir=data_dir, resume=resume, container=container,
-        time_limit_s=timeout, max_restarts=max_restarts, min_np=min_np,
+        time_limit_s=timeout, max_restarts=max_restarts, min_np=min_np, elastic=elastic,
     )
     raise typer.Exit(run_job(cluster, request).code)

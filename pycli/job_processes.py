@@ -65,14 +65,31 @@ def run_processes(plan: JobPlan, write: Callable[[str], None] = print, time_limi
         write("pycli: interrupting the job on every node (Ctrl-C again to stop waiting)")
         stop_all()
 
-    def failed_first() -> JobExit | None:
-        for name, proc in zip(hosts, processes, strict=True):
-            code = proc.proc.poll()
-            if code == SSH_FAILED:
-                return JobExit(code, f"{name} stopped answering (ssh exit {SSH_FAILED})", lost=True)
-            if code not in (None, 0):
-                return JobExit(code, f"{name} exited {code} first" if many else f"exit {code} on {name}")
+    def failed(index: int) -> JobExit | None:
+        name, code = hosts[index], processes[index].proc.poll()
+        if code == SSH_FAILED:
+            return JobExit(code, f"{name} stopped answering (ssh exit {SSH_FAILED})", lost=True)
+        if code not in (None, 0):
+            return JobExit(code, f"{name} exited {code} first" if many else f"exit {code} on {name}")
         return None
+
+    def failed_first() -> JobExit | None:
+        return next((found for i in range(len(processes)) if (found := failed(i)) is not None), None)
+
+    # torchrun --elastic: the agents left go on without a node that failed or was lost; the
+    # job is what the agent on the first node (the rendezvous host) ends with.
+    carry_on = plan.restarts_by_agents
+    left_behind: set[int] = set()
+
+    def one_failed() -> JobExit | None:
+        """The failure that ends the job, if any; under torchrun --elastic, say each node left behind."""
+        if not carry_on:
+            return failed_first()
+        for i in range(1, len(processes)):
+            if i not in left_behind and (found := failed(i)) is not None:
+                left_behind.add(i)
+                write(f"pycli: {found.why.removesuffix(' first')}; torchrun's agents go on without it")
+        return failed(0)
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
@@ -93,7 +110,7 @@ def run_processes(plan: JobPlan, write: Callable[[str], None] = print, time_limi
                         write(f"pycli: the job passed its --timeout of {time_limit_s:g} s; stopping it on every node")
                         stop_all()
                     # One node's failure (torchrun: one launcher per node) must end the others.
-                    elif many and (found := failed_first()) is not None:
+                    elif many and (found := one_failed()) is not None:
                         first.append(found)
                         stop_all()
     finally:
@@ -101,8 +118,8 @@ def run_processes(plan: JobPlan, write: Callable[[str], None] = print, time_limi
     if user_interrupt.is_set():
         return JobExit(EXIT_INTERRUPTED, "interrupted")
     codes = [proc.proc.returncode for proc in processes]
-    code = next((c for c in codes if c != 0), 0)
-    seen = first[0] if first else failed_first()
+    code = codes[0] if carry_on else next((c for c in codes if c != 0), 0)
+    seen = first[0] if first else (failed(0) if carry_on else failed_first())
     if seen is not None and seen.timed_out:
         return seen
     # The launcher named the rank: say which, where and how, unless pycli saw a node go first.

@@ -31,6 +31,10 @@ ALLREDUCE_SCRIPT = WORKLOADS_DIR / "allreduce.py"  # the allreduce of check's ga
 # torchrun's rendezvous port when none was picked on the first node (plans shown, not run):
 # a job that runs asks its first node for a free port while it is staged.
 TORCHRUN_PORT = 29400
+# torchrun --elastic: the ranks keep their own store, not the agents' rendezvous store, whose
+# keys outlive a restart (torch 2.5 and later): a restarted rank would read the address an
+# earlier rank 0 had and fail to connect (pytorch/pytorch#135712).
+TORCHRUN_ELASTIC_ENV = ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1",)
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,8 @@ class JobPlan:
     container: JobContainer | None = None  # --docker: every rank inside the job's containers
     rendezvous_port: int | None = None  # torchrun: a port found free on the first node while staging
     resume_on_node: PurePosixPath | None = None  # a restart (--max-restarts): the checkpoint already on the nodes
+    elastic_min_np: int | None = None  # --elastic: the launcher's elastic mode, going on with at least this many ranks
+    elastic_restarts: int = 0  # --elastic under torchrun: how often its agents start the ranks again (--max-restarts)
 
     @property
     def job_dir(self) -> PurePosixPath:
@@ -92,6 +98,16 @@ class JobPlan:
     def rank0(self) -> Host:
         return self.hosts[0]
 
+    @property
+    def restarts_by_agents(self) -> bool:
+        """torchrun --elastic: its agents restart the ranks and carry on without a lost node, not pycli."""
+        return self.launcher == "torchrun" and self.elastic_min_np is not None
+
+    @property
+    def discovery_script(self) -> PurePosixPath:
+        """--elastic: the script horovodrun asks which hosts can take ranks now (host_discovery_script)."""
+        return self.job_dir / "discover-hosts.sh"
+
 
 def remote_data_dir(layout: NodeLayout, data_dir: Path) -> PurePosixPath:
     """Data is staged once per content name, outside the job, so later jobs reuse it."""
@@ -114,6 +130,8 @@ def workload_args(plan: JobPlan) -> list[str]:
             args += ["--resume", str(plan.resume_on_node)]
         elif plan.resume is not None:
             args += ["--resume", str(plan.job_dir / "resume.pt")]
+        if plan.elastic_min_np is not None:
+            args.append("--elastic")
     if plan.script.parent == WORKLOADS_DIR and name == "synthetic.py":
         args += ["--metrics", str(plan.job_dir / "metrics.jsonl")]
         if plan.launcher == "torchrun":
@@ -132,8 +150,38 @@ def ssh_port_option(ports: set[int]) -> int | None:
     return None if ports == {DEFAULT_SSH_PORT} else min(ports)
 
 
+# How long a host that does not answer holds up horovodrun's host discovery (--elastic).
+DISCOVERY_CONNECT_TIMEOUT_S = 3
+
+
+def host_discovery_script(plan: JobPlan) -> str:
+    """The script horovodrun --elastic runs on the launcher node, again and again: `address:slots`
+    for every host of the job that answers SSH now, in the job's host order. A lost node drops
+    out; one that comes back is taken in again, up to --np ranks."""
+    lines = [
+        "#!/bin/bash",
+        f"# pycli job {plan.job_id}: the hosts that can take ranks now (horovodrun --host-discovery-script).",
+        "found=$(mktemp -d) || exit 1",
+        "trap 'rm -rf \"$found\"' EXIT",
+        "probe() {",
+        f"    ssh -o BatchMode=yes -o ConnectTimeout={DISCOVERY_CONNECT_TIMEOUT_S} -p \"$2\" \"$3\" true "
+        "</dev/null >/dev/null 2>&1 && echo \"$3:$4\" >\"$found/$1\"",
+        "}",
+        *(f"probe {i:05d} {host.port} {shlex.quote(host.address)} {host.slots} &" for i, host in enumerate(plan.hosts)),
+        "wait",
+        "cat \"$found\"/* 2>/dev/null",
+        "exit 0",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def horovodrun_argv(plan: JobPlan) -> list[str]:
-    argv = [plan.tool("horovodrun"), "-np", str(plan.np), "-H", render_hostfile(plan.hosts, "horovod").strip()]
+    argv = [plan.tool("horovodrun"), "-np", str(plan.np)]
+    if plan.elastic_min_np is not None:
+        argv += ["--min-np", str(plan.elastic_min_np), "--max-np", str(plan.np),
+                 "--host-discovery-script", str(plan.discovery_script)]
+    else:
+        argv += ["-H", render_hostfile(plan.hosts, "horovod").strip()]
     argv.append("--gloo" if plan.controller == "gloo" else "--mpi")
     if (port := ssh_port_option(plan.ssh_ports)) is not None:
         argv += ["-p", str(port)]
@@ -182,12 +230,31 @@ def job_mpirun_argv(plan: JobPlan, user: str) -> list[str]:
     return launch + _program(plan)
 
 
+def elastic_min_nodes(hosts: Sequence[Host], min_np: int) -> int:
+    """torchrun counts nodes, not ranks: the fewest nodes that hold `min_np` ranks whichever of `hosts` are left."""
+    total = 0
+    for count, slots in enumerate(sorted(h.slots for h in hosts), 1):
+        total += slots
+        if total >= min_np:
+            return count
+    return len(hosts)
+
+
 def torchrun_argv(plan: JobPlan, node_rank: int) -> list[str]:
     host = plan.hosts[node_rank]
     port = plan.rendezvous_port or TORCHRUN_PORT
-    return [plan.tool("torchrun"), "--nnodes", str(len(plan.hosts)), "--nproc-per-node", str(host.slots),
-            "--node-rank", str(node_rank), "--master-addr", plan.rank0.address, "--master-port", str(port),
-            "--rdzv-id", plan.job_id, str(plan.remote_script), *workload_args(plan)]
+    argv = [plan.tool("torchrun")]
+    if plan.restarts_by_agents:
+        # c10d rendezvous on the first node: the agents meet again after a failure, with the
+        # nodes that are left, and number the nodes themselves.
+        argv += ["--nnodes", f"{elastic_min_nodes(plan.hosts, plan.elastic_min_np or plan.np)}:{len(plan.hosts)}",
+                 "--nproc-per-node", str(host.slots), "--max-restarts", str(plan.elastic_restarts),
+                 "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{plan.rank0.address}:{port}",
+                 "--local-addr", host.address]
+    else:
+        argv += ["--nnodes", str(len(plan.hosts)), "--nproc-per-node", str(host.slots),
+                 "--node-rank", str(node_rank), "--master-addr", plan.rank0.address, "--master-port", str(port)]
+    return [*argv, "--rdzv-id", plan.job_id, str(plan.remote_script), *workload_args(plan)]
 
 
 def remote_shell(plan: JobPlan, argv: Sequence[str]) -> str:
@@ -195,6 +262,8 @@ def remote_shell(plan: JobPlan, argv: Sequence[str]) -> str:
 
     With --docker, the same command inside the node's job container, on the image's PATH."""
     env = ["PYTHONUNBUFFERED=1"]
+    if plan.restarts_by_agents:
+        env += TORCHRUN_ELASTIC_ENV
     if plan.network_interface:
         env += [f"GLOO_SOCKET_IFNAME={plan.network_interface}", f"NCCL_SOCKET_IFNAME={plan.network_interface}"]
     if plan.container:

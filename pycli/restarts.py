@@ -60,5 +60,7 @@ def plan_restart(plan: JobPlan, wanted_np: int, min_np: int) -> Restart | str:
     hosts = fill_hosts(alive, np)
     epoch = _epoch(answers[hosts[0].name].stdout) or 0
     resume = checkpoint_path(plan) if epoch else None
-    return Restart(replace(plan, hosts=hosts, np=np, resume=None, resume_on_node=resume), epoch, lost, alive)
+    elastic_min_np = None if plan.elastic_min_np is None else min(plan.elastic_min_np, np)
+    return Restart(replace(plan, hosts=hosts, np=np, resume=None, resume_on_node=resume, elastic_min_np=elastic_min_np),
+                   epoch, lost, alive)
 

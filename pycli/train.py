@@ -30,6 +30,7 @@ from pycli.launch_lines import (
     LAUNCHERS,
     WORKLOADS_DIR,
     JobPlan,
+    host_discovery_script,
     NodeLayout,
     job_process_pattern,
     launch_commands,
@@ -50,6 +51,10 @@ WORKLOADS = {
     "synthetic": ("synthetic.py", ("horovod", "mpirun", "torchrun"), False),
 }
 DEFAULT_LAUNCHER = {"mnist": "horovod", "ddp": "torchrun", "synthetic": "horovod"}
+# The built-in workloads that go on through lost ranks (workloads/elastic.py).
+ELASTIC_WORKLOADS = ("mnist", "ddp")
+# torchrun --elastic without --max-restarts: how often its agents start the ranks again.
+DEFAULT_ELASTIC_RESTARTS = 3
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,8 @@ class JobRequest:
     container: JobContainer | None = None  # every rank inside the job's containers (--docker)
     time_limit_s: float | None = None  # --timeout: stop the job on every node after this long
     max_restarts: int = 0  # --max-restarts: start a failed job again this often (pycli/restarts.py)
-    min_np: int | None = None  # --min-np: a restart may go on with this few ranks; None: all --np
+    min_np: int | None = None  # --min-np: a restart or an elastic job may go on with this few ranks; None: all --np
+    elastic: bool = False  # --elastic: horovodrun's elastic mode, the job goes on when ranks are lost
 
 
 def new_job_id(now: datetime | None = None) -> str:
@@ -107,8 +113,18 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
         raise BadInput(f"--timeout {request.time_limit_s:g}: give the job's time limit in seconds, more than 0")
     if request.max_restarts < 0:
         raise BadInput(f"--max-restarts {request.max_restarts}: give how often a failed job starts again, 0 or more")
-    if request.min_np is not None and not request.max_restarts:
-        raise BadInput("--min-np says how few ranks a restart may go on with; it needs --max-restarts")
+    if request.min_np is not None and not (request.max_restarts or request.elastic):
+        raise BadInput("--min-np says how few ranks a job may go on with; it needs --max-restarts or --elastic")
+    if request.elastic:
+        if launcher == "mpirun" or (launcher == "horovod" and request.controller != "gloo"):
+            raise BadInput("--elastic is horovodrun's elastic mode (with its gloo controller) or torchrun's; "
+                           "mpirun jobs go on after a loss with --max-restarts --min-np")
+        if workload in WORKLOADS and workload not in ELASTIC_WORKLOADS:
+            raise BadInput(f"--elastic works with the {' and '.join(ELASTIC_WORKLOADS)} workloads or a script that "
+                           f"keeps its state in hvd.elastic objects (horovodrun) or its own checkpoint (torchrun), "
+                           f"not {workload}")
+        if request.container is not None:
+            raise BadInput("--elastic does not work with --docker yet")
     if request.min_np is not None and not 1 <= request.min_np <= np:
         raise BadInput(f"--min-np {request.min_np}: give a number of ranks from 1 to --np {np}")
     if request.max_restarts and request.container is not None:
@@ -136,6 +152,8 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
         script_args=tuple(request.script_args), layout=layout,
         network_interface=network_interface,
         data_dir=data_dir if needs_data else None, resume=resume, container=request.container,
+        elastic_min_np=(request.min_np or np) if request.elastic else None,
+        elastic_restarts=(request.max_restarts or DEFAULT_ELASTIC_RESTARTS) if request.elastic else 0,
     )
 
 
@@ -154,7 +172,7 @@ def _run_playbook(inventory: Path, playbook: Path, run_dir: Path, extravars: dic
         raise PycliError(f"{what} failed: {detail or result.status}; see {run_dir}")
 
 
-def stage_items(plan: JobPlan, container_files: Path | None = None) -> list[dict[str, str]]:
+def stage_items(plan: JobPlan, container_files: Path | None = None, discovery: Path | None = None) -> list[dict[str, str]]:
     """What stage.yml copies: {src on the controller, dest on every node}; a '/' copies contents."""
     # Absolute sources: Ansible would look for a relative one beside the playbook.
     items = [{"src": f"{plan.script.parent}/" if plan.script.parent == WORKLOADS_DIR else str(plan.script.resolve()),
@@ -165,6 +183,8 @@ def stage_items(plan: JobPlan, container_files: Path | None = None) -> list[dict
         items.append({"src": str(plan.resume.resolve()), "dest": str(plan.job_dir / "resume.pt")})
     if container_files is not None:
         items.append({"src": f"{container_files.resolve()}/", "dest": str(plan.job_dir / "container") + "/"})
+    if discovery is not None:
+        items.append({"src": str(discovery.resolve()), "dest": str(plan.discovery_script)})
     return items
 
 
@@ -176,7 +196,12 @@ def stage(plan: JobPlan, inventory: Path, run_dir: Path, container_files: Path |
     """Copy the workload (and data, checkpoint, container files) to the same paths on every node of the job.
 
     Returns the plan completed with what staging found: torchrun's rendezvous port."""
-    items = stage_items(plan, container_files)
+    discovery = None
+    if plan.elastic_min_np is not None:
+        discovery = run_dir / plan.discovery_script.name
+        discovery.write_text(host_discovery_script(plan))
+        discovery.chmod(0o755)  # staged with its mode
+    items = stage_items(plan, container_files, discovery)
     extravars: dict[str, object] = {"pycli_job_dir": str(plan.job_dir), "pycli_stage_items": items}
     ports: list[int] = []
     if plan.launcher == "torchrun":
@@ -345,6 +370,8 @@ def run_job(
     run_dir = run_dir or new_run_dir("train")
     run_dir.mkdir(parents=True, exist_ok=True)
     how = f"horovodrun --{plan.controller}" if plan.launcher == "horovod" else plan.launcher
+    if plan.elastic_min_np is not None:
+        how += f" --elastic (going on with at least {plan.elastic_min_np} rank(s))"
     inside = f" inside {container.image} containers" if container else ""
     write(f"pycli: job {plan.job_id}: {plan.np} process(es) on {', '.join(h.name for h in plan.hosts)} "
           f"via {how}{inside}; run folder {run_dir}")
@@ -373,7 +400,7 @@ def run_job(
                   f"(sshd on port {container.ssh_port}) in {time.monotonic() - up:.0f} s")
         started = time.monotonic()  # the job's own time, as without containers
         ended = run_processes(plan, write, request.time_limit_s)
-        for number in range(1, request.max_restarts + 1):
+        for number in range(1, 0 if plan.restarts_by_agents else request.max_restarts + 1):
             if ended.code in (0, EXIT_INTERRUPTED) or ended.timed_out:
                 break
             # Ask first, so a node that is gone costs one SSH timeout, not an Ansible one too.

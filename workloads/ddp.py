@@ -4,6 +4,8 @@
         ddp.py --data-dir DATA --epochs 3
 
 Same model, data, metrics and checkpoints as mnist.py (Horovod), so the two can be compared.
+With --elastic (torchrun --nnodes MIN:MAX --max-restarts N) every start of the ranks goes on
+from the newest checkpoint (workloads/elastic.py).
 """
 
 import argparse
@@ -12,6 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from elastic import train_restartable  # noqa: E402
 from trainlib import TorchComm, add_training_arguments, check_arguments, run, train  # noqa: E402
 
 
@@ -19,10 +22,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_training_arguments(parser)
     parser.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl with GPUs, else gloo")
+    parser.add_argument("--elastic", action="store_true",
+                        help="each start goes on from the newest checkpoint (torchrun's agents start the ranks again)")
     args = parser.parse_args()
     check_arguments(args)
     comm = TorchComm(args.backend)
-    train(comm, args)
+    (train_restartable if args.elastic else train)(comm, args)
     comm.close()
 
 

@@ -4,7 +4,8 @@
 
 Every rank reads the same IDX files and trains on its DistributedSampler shard; gradients
 are averaged by Horovod's DistributedOptimizer (optionally fp16-compressed), rank 0 logs,
-writes metrics and checkpoints; --resume continues from a checkpoint.
+writes metrics and checkpoints; --resume continues from a checkpoint; --elastic goes on
+with the ranks left when some are lost (workloads/elastic.py).
 """
 
 import argparse
@@ -13,6 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from elastic import train_elastic  # noqa: E402
 from trainlib import HorovodComm, add_training_arguments, check_arguments, run, train  # noqa: E402
 
 
@@ -21,10 +23,12 @@ def main() -> None:
     add_training_arguments(parser)
     parser.add_argument("--fp16-allreduce", action="store_true", help="compress gradients to fp16 for the allreduce")
     parser.add_argument("--backward-passes-per-step", type=int, default=1, help="local gradient accumulation before each allreduce")
+    parser.add_argument("--elastic", action="store_true",
+                        help="go on when ranks are lost (start it with horovodrun --min-np/--max-np/--host-discovery-script)")
     args = parser.parse_args()
     check_arguments(args)
     comm = HorovodComm()
-    train(comm, args)
+    (train_elastic if args.elastic else train)(comm, args)
     comm.close()
 
 

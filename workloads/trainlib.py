@@ -155,7 +155,19 @@ class HorovodComm:
 
         self.hvd = hvd
         hvd.init()
-        self.rank, self.size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
+
+    # Asked each time: under horovodrun --elastic they change when ranks come and go.
+    @property
+    def rank(self) -> int:
+        return self.hvd.rank()
+
+    @property
+    def size(self) -> int:
+        return self.hvd.size()
+
+    @property
+    def local_rank(self) -> int:
+        return self.hvd.local_rank()
 
     def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer, args) -> tuple[nn.Module, torch.optim.Optimizer]:
         hvd = self.hvd
@@ -241,6 +253,12 @@ class TorchComm:
         """DDP broadcast rank 0's weights when it wrapped the model; after --resume every rank
         loaded the same checkpoint file, so there is nothing left to send."""
 
+    def broadcast_object(self, value):
+        """Rank 0's `value` (any picklable object, tensors too) on every rank."""
+        box = [value]
+        self.dist.broadcast_object_list(box, src=0)
+        return box[0]
+
     def step(self, optimizer, scaler) -> None:
         if scaler is None:
             optimizer.step()
@@ -290,26 +308,45 @@ class Metrics:
         if path and rank == 0:
             path.parent.mkdir(parents=True, exist_ok=True)
 
+    def read(self, until_epoch: int) -> list[dict]:
+        """The records of epochs up to `until_epoch` in this node's file (none where there is none)."""
+        if not self.path or not self.path.is_file():
+            return []
+        kept = []
+        for line in self.path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:  # half a line, written as the rank was killed
+                continue
+            if isinstance(record, dict) and record.get("epoch", 0) <= until_epoch:
+                kept.append(record)
+        return kept
+
     def keep_until(self, epoch: int) -> None:
         """Drop records of epochs after `epoch`: a restart from that checkpoint does them again."""
         if self.rank != 0 or not self.path or not self.path.is_file():
             return
-        lines = self.path.read_text().splitlines()
-        kept = []
-        for line in lines:
-            try:
-                if json.loads(line).get("epoch", 0) <= epoch:
-                    kept.append(line)
-            except (ValueError, AttributeError):  # half a line, written as the rank was killed
-                pass
-        if len(kept) != len(lines):
-            self.path.write_text("".join(f"{line}\n" for line in kept))
+        kept = self.read(epoch)
+        if len(kept) != len(self.path.read_text().splitlines()):
+            self.write_all(kept)
+
+    def write_all(self, records: list[dict]) -> None:
+        """The file holds exactly `records`, replaced in one step (the same on every node that writes it)."""
+        if not self.path:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text("".join(json.dumps(record) + "\n" for record in records))
+        os.replace(tmp, self.path)
+
+    @staticmethod
+    def show(record: dict) -> None:
+        print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()), flush=True)
 
     def log(self, record: dict) -> None:
         if self.rank != 0:
             return
-        shown = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items())
-        print(shown, flush=True)
+        self.show(record)
         if self.path:
             with self.path.open("a") as handle:
                 handle.write(json.dumps(record) + "\n")
@@ -387,61 +424,81 @@ def check_arguments(args) -> None:
         raise WorkloadError(f"checkpoint {args.resume} does not exist on this node")
 
 
-def train(comm, args) -> dict:
-    """Train DigitNet on the IDX data; return the last epoch's metrics."""
-    torch.set_num_threads(threads_per_rank(args.threads))
-    torch.manual_seed(args.seed)
-    random.seed(args.seed)
-    device = pick_device(comm.local_rank, args.cpu)
-    train_set, test_set = load_split(args.data_dir, "train"), load_split(args.data_dir, "test")
+class Training:
+    """One run of DigitNet on the IDX data: its shard of the data, model, optimizer and metrics.
 
-    sampler = DistributedSampler(train_set, num_replicas=comm.size, rank=comm.rank, shuffle=True, seed=args.seed)
-    accumulate = max(1, getattr(args, "backward_passes_per_step", 1))
-    loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
-    # Every rank takes the same number of optimizer steps, a whole number of accumulations.
-    steps_per_epoch = (len(loader) // accumulate) * accumulate
-    if steps_per_epoch == 0:
-        raise WorkloadError(f"{len(train_set)} training samples are too few for {comm.size} ranks x batch {args.batch_size}")
-    # Held-out data split without padding, so accuracy counts every sample exactly once.
-    test_loader = DataLoader(Subset(test_set, range(comm.rank, len(test_set), comm.size)), batch_size=256)
+    `train` goes through the epochs once; workloads/elastic.py goes through them again from
+    the last commit when ranks come and go, so the data is split by `shard` over the ranks
+    there are now and the learning rate follows them (`set_lr`).
+    """
 
-    model = DigitNet().to(device)
-    scale = comm.size * accumulate if args.auto_scale_lr else 1
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * scale, momentum=0.9)
-    scaler = torch.amp.GradScaler("cuda") if args.amp and device.type == "cuda" else None
-    model, optimizer = comm.wrap(model, optimizer, args)
-    start_epoch = 0
-    if args.resume:
-        state = load_checkpoint(args.resume)
-        comm.unwrap(model).load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        start_epoch = int(state["epoch"])
-        torch.set_rng_state(state["rng_torch"])
-        random.setstate(state["rng_python"])
-        if scaler is not None and state.get("scaler"):
-            scaler.load_state_dict(state["scaler"])
-        for group in optimizer.param_groups:  # this run's rate: --auto-scale-lr follows the ranks there are now
-            group["lr"] = args.lr * scale
-        if start_epoch >= args.epochs:
-            raise WorkloadError(f"{args.resume} already finished epoch {start_epoch}; ask for more --epochs")
-    comm.broadcast_state(model, optimizer)
-    metrics = Metrics(args.metrics, comm.rank)
-    metrics.keep_until(start_epoch)
-    if comm.rank == 0:
-        print(
-            f"training on {comm.size} process(es) via {comm.name}, device {device.type}, "
-            f"{torch.get_num_threads()} CPU thread(s) on rank 0, "
-            f"{len(train_set)} train / {len(test_set)} test samples, from epoch {start_epoch + 1}",
-            flush=True,
-        )
+    def __init__(self, comm, args, state: dict | None = None) -> None:
+        """`state`: a checkpoint already loaded (workloads/elastic.py); else --resume's, if given."""
+        torch.set_num_threads(threads_per_rank(args.threads))
+        torch.manual_seed(args.seed)
+        random.seed(args.seed)
+        self.comm, self.args = comm, args
+        self.device = pick_device(comm.local_rank, args.cpu)
+        self.train_set, self.test_set = load_split(args.data_dir, "train"), load_split(args.data_dir, "test")
+        self.accumulate = max(1, getattr(args, "backward_passes_per_step", 1))
+        self.shard()
 
-    record: dict = {}
-    for epoch in range(start_epoch, args.epochs):
-        sampler.set_epoch(epoch)
+        model = DigitNet().to(self.device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=self.lr(), momentum=0.9)
+        self.scaler = torch.amp.GradScaler("cuda") if args.amp and self.device.type == "cuda" else None
+        self.model, self.optimizer = comm.wrap(model, optimizer, args)
+        self.start_epoch = 0
+        if state is None and args.resume:
+            state = load_checkpoint(args.resume)
+        if state is not None:
+            comm.unwrap(self.model).load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.start_epoch = int(state["epoch"])
+            torch.set_rng_state(state["rng_torch"])
+            random.setstate(state["rng_python"])
+            if self.scaler is not None and state.get("scaler"):
+                self.scaler.load_state_dict(state["scaler"])
+            self.set_lr()  # this run's rate: --auto-scale-lr follows the ranks there are now
+        self.metrics = Metrics(args.metrics, comm.rank)
+
+    def lr(self) -> float:
+        scale = self.comm.size * self.accumulate if self.args.auto_scale_lr else 1
+        return self.args.lr * scale
+
+    def set_lr(self) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr()
+
+    def shard(self) -> None:
+        """This rank's part of the data, for the ranks there are now."""
+        comm, args = self.comm, self.args
+        self.sampler = DistributedSampler(self.train_set, num_replicas=comm.size, rank=comm.rank, shuffle=True, seed=args.seed)
+        self.loader = DataLoader(self.train_set, batch_size=args.batch_size, sampler=self.sampler)
+        # Every rank takes the same number of optimizer steps, a whole number of accumulations.
+        self.steps_per_epoch = (len(self.loader) // self.accumulate) * self.accumulate
+        if self.steps_per_epoch == 0:
+            raise WorkloadError(f"{len(self.train_set)} training samples are too few for {comm.size} ranks x batch {args.batch_size}")
+        # Held-out data split without padding, so accuracy counts every sample exactly once.
+        self.test_loader = DataLoader(Subset(self.test_set, range(comm.rank, len(self.test_set), comm.size)), batch_size=256)
+
+    def announce(self, start_epoch: int, how: str) -> None:
+        if self.comm.rank == 0:
+            print(
+                f"training on {self.comm.size} process(es) via {how}, device {self.device.type}, "
+                f"{torch.get_num_threads()} CPU thread(s) on rank 0, "
+                f"{len(self.train_set)} train / {len(self.test_set)} test samples, from epoch {start_epoch + 1}",
+                flush=True,
+            )
+
+    def epoch(self, epoch: int) -> dict:
+        """Train and evaluate one epoch (0-based); the metrics record of it, the same on every rank."""
+        comm, args, device, model, optimizer, scaler = self.comm, self.args, self.device, self.model, self.optimizer, self.scaler
+        accumulate = self.accumulate
+        self.sampler.set_epoch(epoch)
         model.train()
         step_times, loss_sum, seen = [], 0.0, 0
         epoch_start = time.perf_counter()
-        for step, (x, y) in zip(range(steps_per_epoch), loader):
+        for step, (x, y) in zip(range(self.steps_per_epoch), self.loader):
             began = time.perf_counter()
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             with autocast(device, args.amp):
@@ -460,7 +517,7 @@ def train(comm, args) -> dict:
         model.eval()
         correct, total, val_loss = 0, 0, 0.0
         with torch.no_grad():
-            for x, y in test_loader:
+            for x, y in self.test_loader:
                 x, y = x.to(device), y.to(device)
                 with autocast(device, args.amp):
                     out = model(x)
@@ -472,7 +529,7 @@ def train(comm, args) -> dict:
         mean_step = time_sum / steps
         step_var = comm.sum([sum((t - mean_step) ** 2 for t in step_times)])[0] / max(1, steps - 1)
         memory = comm.gather(peak_memory_mb(device))
-        record = {
+        return {
             "epoch": epoch + 1,
             "ranks": comm.size,
             "launcher": comm.name,
@@ -486,11 +543,37 @@ def train(comm, args) -> dict:
             "peak_memory_mb": max(memory),
             "amp": bool(args.amp),
         }
-        metrics.log(record)
+
+    def finish(self, epoch: int, record: dict, every_record: list[dict] | None = None) -> None:
+        """Log the epoch (rank 0) and write the checkpoint after it.
+
+        With `every_record` (workloads/elastic.py, where rank 0 may move to another node), the
+        first rank of every node writes the whole metrics file, as it does the checkpoint."""
+        if every_record is None:
+            self.metrics.log(record)
+        else:
+            if self.comm.rank == 0:
+                self.metrics.show(record)
+            if self.comm.local_rank == 0:
+                self.metrics.write_all(every_record)
         # One copy on every node (each node's first rank writes it): a restart after a node is
         # lost goes on from the copy on whichever node is rank 0 then.
-        if comm.local_rank == 0 and args.checkpoint:
-            save_checkpoint(args.checkpoint, comm.unwrap(model), optimizer, epoch + 1, args, scaler)
+        if self.comm.local_rank == 0 and self.args.checkpoint:
+            save_checkpoint(self.args.checkpoint, self.comm.unwrap(self.model), self.optimizer, epoch + 1, self.args, self.scaler)
+
+
+def train(comm, args) -> dict:
+    """Train DigitNet on the IDX data; return the last epoch's metrics."""
+    run = Training(comm, args)
+    if args.resume and run.start_epoch >= args.epochs:
+        raise WorkloadError(f"{args.resume} already finished epoch {run.start_epoch}; ask for more --epochs")
+    comm.broadcast_state(run.model, run.optimizer)
+    run.metrics.keep_until(run.start_epoch)
+    run.announce(run.start_epoch, comm.name)
+    record: dict = {}
+    for epoch in range(run.start_epoch, args.epochs):
+        record = run.epoch(epoch)
+        run.finish(epoch, record)
     return record
 
 

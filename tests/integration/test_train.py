@@ -1,5 +1,6 @@
 """`pycli train` on the provisioned 2-node local cluster: every launcher, resume, Ctrl-C, bad input,
-and --max-restarts after a killed rank or a lost node (node2 is brought back after)."""
+and --max-restarts after a killed rank or a lost node, horovodrun's and torchrun's --elastic after
+a lost node (node2 is brought back after each)."""
 
 import json
 import re
@@ -224,3 +225,35 @@ def test_a_lost_node_lets_torchrun_finish_on_the_node_left(provisioned_cluster):
     got = records(results_in(output))
     assert [r["epoch"] for r in got] == [1, 2, 3, 4] and got[-1]["ranks"] == 1
     assert json.dumps(got)  # the metrics came back from node1
+
+
+def _resumed_after_the_loss(output: str, announce: str) -> None:
+    """The ranks left went on from the epoch after the last one finished: at most one epoch is done again."""
+    went_on = re.search(rf"training on 1 process\(es\) via {announce}.*, from epoch (\d)", output)
+    assert went_on, output[-4000:]
+    finished_before = max(int(n) for n in re.findall(r"epoch=(\d) ", output[:went_on.start()]))
+    assert int(went_on[1]) == finished_before + 1
+
+
+@pytest.mark.parametrize(("workload", "via", "went_on", "said"), [
+    # horovodrun: the rank left keeps running, under the same horovodrun.
+    ("mnist", "horovodrun --gloo --elastic", r"horovod \(elastic\)", " exit with status code 255."),
+    # torchrun: node1's agent starts its rank again, not pycli.
+    ("ddp", "torchrun --elastic", r"ddp \(elastic, start 2\)",
+     "pycli: node2 stopped answering (ssh exit 255); torchrun's agents go on without it"),
+])
+def test_a_lost_node_lets_an_elastic_job_go_on_with_the_node_left(provisioned_cluster, workload, via, went_on, said):
+    try:
+        code, output = run_and_kill(provisioned_cluster, workload, "--np", "2", "--elastic", "--min-np", "1",
+                                    "--", *WORK, after="epoch=1 ", kill=lambda: _container("node2").kill())
+    finally:
+        _bring_back(provisioned_cluster)
+    assert code == 0, output[-4000:]
+    assert f"via {via} (going on with at least 1 rank(s))" in output and said in output, output[-4000:]
+    assert "pycli: restart" not in output
+    # The rank left went on from the epoch after the last one finished: at most one is done again.
+    resumed = re.search(rf"training on 1 process\(es\) via {went_on}.*, from epoch (\d)", output)
+    assert resumed, output[-4000:]
+    assert int(resumed[1]) == max(int(n) for n in re.findall(r"epoch=(\d) ", output[:resumed.start()])) + 1
+    got = records(results_in(output))
+    assert [r["epoch"] for r in got] == [1, 2, 3, 4] and got[0]["ranks"] == 2 and got[-1]["ranks"] == 1

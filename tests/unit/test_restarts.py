@@ -73,7 +73,7 @@ def test_the_probe_reads_the_epoch_of_the_checkpoint_on_the_node(tmp_path):
 
 @pytest.mark.parametrize(("kw", "message"), [
     ({"max_restarts": -1}, "--max-restarts -1: give how often"),
-    ({"min_np": 2}, "--min-np says how few ranks a restart may go on with; it needs --max-restarts"),
+    ({"min_np": 2}, "--min-np says how few ranks a job may go on with; it needs --max-restarts or --elastic"),
     ({"max_restarts": 1, "min_np": 5}, "--min-np 5: give a number of ranks from 1 to --np 4"),
     ({"max_restarts": 1, "min_np": 0}, "--min-np 0: give a number of ranks from 1 to --np 4"),
     ({"max_restarts": 1, "container": JobContainer(image="img")}, "--max-restarts does not work with --docker yet"),

@@ -12,14 +12,15 @@ from pycli.cluster_model import Host
 from pycli.errors import EXIT_FAILED, BadInput
 
 
-def _run(monkeypatch, lines: dict[str, str], hosts=None, **kw):
+def _run(monkeypatch, lines: dict[str, str], hosts=None, restarts_by_agents=False, **kw):
     hosts = hosts or [Host(name, "10.9.0.1") for name in lines]
     monkeypatch.setattr(job_processes, "launch_commands", lambda plan: [(h, lines[h.name]) for h in hosts if h.name in lines])
     monkeypatch.setattr(job_processes, "ssh_argv", lambda host, line: ["sh", "-c", line])
     monkeypatch.setattr(job_processes, "STOP_GRACE_S", 1)
     said = []
     started = time.monotonic()
-    ended = job_processes.run_processes(SimpleNamespace(hosts=tuple(hosts)), said.append, **kw)
+    plan = SimpleNamespace(hosts=tuple(hosts), restarts_by_agents=restarts_by_agents)
+    ended = job_processes.run_processes(plan, said.append, **kw)
     return ended, said, time.monotonic() - started
 
 
@@ -61,3 +62,17 @@ def test_a_time_limit_must_be_positive(limit):
 
     with pytest.raises(BadInput, match="--timeout"):
         plan(time_limit_s=limit)
+
+
+def test_under_torchrun_elastic_a_lost_node_is_said_and_the_first_node_s_agent_goes_on(monkeypatch):
+    lines = {"node1": "sleep 1.5; exit 0", "node2": "sleep 0.2; exit 255", "node3": "sleep 0.2; exit 1"}
+    ended, said, _ = _run(monkeypatch, lines, restarts_by_agents=True)
+    assert ended == job_processes.JobExit(0, "")  # the job is what the rendezvous host's agent says
+    assert "pycli: node2 stopped answering (ssh exit 255); torchrun's agents go on without it" in said
+    assert "pycli: node3 exited 1; torchrun's agents go on without it" in said
+
+
+def test_under_torchrun_elastic_the_first_node_s_failure_ends_the_job(monkeypatch):
+    ended, _, took = _run(monkeypatch, {"node1": "sleep 0.2; exit 1", "node2": "exec sleep 60"}, restarts_by_agents=True)
+    assert ended.code == 1 and ended.why == "node1 exited 1 first"
+    assert took < 20  # the other agents were stopped, not waited for

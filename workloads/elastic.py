@@ -1,0 +1,81 @@
+"""The training loop through lost ranks: `pycli train --elastic` (mnist under horovodrun, ddp under torchrun).
+
+Horovod (`horovodrun --min-np M --max-np N --host-discovery-script S`): the model, the
+optimizer, the epoch and the metrics records live in an `hvd.elastic.TorchState`, committed
+after every epoch. When a rank is lost, the others roll back to the last commit, Horovod forms
+a new ring of the ranks left (at least --min-np), the data is split again over them and the
+epoch the loss broke into is trained again. The processes that are left keep running.
+
+torchrun (`--nnodes MIN:MAX --max-restarts R --rdzv-backend c10d`): each node's agent starts
+its ranks again after a failure, with the nodes that meet at the next rendezvous. New
+processes know nothing, so each start goes on from rank 0's checkpoint (written after every
+epoch by the first rank of every node), sent with its metrics records to every rank.
+
+Either way at most the epoch a loss broke into is done again, and every node's first rank
+keeps the whole metrics file, so the results are whole on whichever node is rank 0 at the end.
+"""
+
+from __future__ import annotations
+
+import os
+
+from trainlib import Metrics, Training, WorkloadError, load_checkpoint
+
+
+def train_elastic(comm, args) -> dict:
+    """Train as trainlib.train does, through ranks leaving and joining; the last epoch's metrics."""
+    hvd = comm.hvd
+    run = Training(comm, args)
+    # The metrics records are state too: a rollback drops those of the epoch done again, and a
+    # rank that joins gets them all, so every node's copy of the metrics file is whole.
+    state = hvd.elastic.TorchState(model=run.model, optimizer=run.optimizer, epoch=run.start_epoch,
+                                   records=run.metrics.read(run.start_epoch))
+
+    def on_reset() -> None:  # after the rollback, before rank 0's state is sent to every rank
+        run.shard()
+        run.set_lr()
+
+    state.register_reset_callbacks([on_reset])
+
+    @hvd.elastic.run
+    def epochs(state) -> dict:
+        run.announce(state.epoch, f"{comm.name} (elastic)")
+        record: dict = {}
+        for epoch in range(state.epoch, args.epochs):
+            record = run.epoch(epoch)
+            state.records = [*state.records, record]  # a new list: the committed one stays as it was
+            run.finish(epoch, record, state.records)
+            state.epoch = epoch + 1
+            state.commit()
+        return record
+
+    return epochs(state)
+
+
+def _rank0_start(args) -> tuple[dict | None, list[dict]] | str:
+    """On rank 0: the checkpoint to go on from (this job's own after a failure, else --resume)
+    and the metrics records up to its epoch; or why it cannot be read."""
+    source = args.checkpoint if args.checkpoint and args.checkpoint.is_file() else args.resume
+    try:
+        state = load_checkpoint(source) if source else None
+    except WorkloadError as exc:
+        return str(exc)
+    return state, Metrics(args.metrics, 0).read(int(state["epoch"]) if state else 0)
+
+
+def train_restartable(comm, args) -> dict:
+    """Under torchrun's elastic agents: go on from rank 0's checkpoint; the last epoch's metrics."""
+    start = comm.broadcast_object(_rank0_start(args) if comm.rank == 0 else None)
+    if isinstance(start, str):  # every rank stops on rank 0's error, none waits for the others
+        raise WorkloadError(start)
+    state, records = start
+    run = Training(comm, args, state)
+    if comm.local_rank == 0:
+        run.metrics.write_all(records)
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    run.announce(run.start_epoch, f"{comm.name} (elastic, start {attempt + 1})")
+    for epoch in range(run.start_epoch, args.epochs):
+        record = run.epoch(epoch)
+        records.append(record)
+        run.finish(epoch, record, records)
+    return records[-1] if records else {}
