@@ -9,7 +9,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from pycli.check import FAIL, GATES, NOT_RUN, PASS, SKIP, CheckContext, CheckOptions, Gate, GateResult
-from pycli.cluster_model import Cluster
+from pycli.cluster_model import Cluster, Drained
 from pycli.errors import EXIT_OK
 from pycli.paths import new_run_dir
 
@@ -47,7 +47,7 @@ def result_line(index: int, result: GateResult) -> str:
     return line.rstrip()
 
 
-def report_json(inventory: Path, run_dir: Path, results: Sequence[GateResult]) -> dict:
+def report_json(inventory: Path, run_dir: Path, results: Sequence[GateResult], drained: Sequence[Drained] = ()) -> dict:
     failure = next((result.name for result in results if result.status == FAIL), None)
     return {
         "inventory": str(inventory),
@@ -55,6 +55,7 @@ def report_json(inventory: Path, run_dir: Path, results: Sequence[GateResult]) -
         "passed": failure is None,
         "failed_gate": failure,
         "exit_code": exit_code(results),
+        "drained": [asdict(entry) for entry in drained],
         "gates": [{**{key: value for key, value in asdict(result).items() if key != "exit_code"}, "seconds": round(result.seconds, 2)}
                   for result in results],
     }
@@ -67,6 +68,8 @@ def check(cluster: Cluster, options: CheckOptions, *, as_json: bool = False, wri
     ctx = CheckContext(cluster=cluster, run_dir=run_dir, options=options)
     if not as_json:
         write(f"pycli: checking {len(cluster.hosts)} nodes of {inventory}; run folder {run_dir}")
+        for entry in cluster.drained:  # checked too: a repaired node shows it here before it is undrained
+            write(f"pycli: drained: {entry.describe()}")
     counter = iter(range(1, len(GATES) + 1))
 
     def show(result: GateResult) -> None:
@@ -75,7 +78,7 @@ def check(cluster: Cluster, options: CheckOptions, *, as_json: bool = False, wri
             write(result_line(index, result))
 
     results = run_gates(GATES, ctx, on_result=show)
-    summary = report_json(inventory, run_dir, results)
+    summary = report_json(inventory, run_dir, results, cluster.drained)
     (run_dir / "check.json").write_text(json.dumps(summary, indent=2) + "\n")
     if as_json:
         write(json.dumps(summary, indent=2))

@@ -13,6 +13,7 @@ from pycli.cli_bench import bench_cmd
 from pycli.cli_cache import cache_app, fetch_cmd
 from pycli.cli_check import check_cmd
 from pycli.cli_cluster import cluster_app
+from pycli.cli_drain import drain_cmd, undrain_cmd
 from pycli.cli_inventory import hostfile_cmd, inventory_app
 from pycli.cli_provision import provision_cmd
 from pycli.cli_train import train_cmd
@@ -34,6 +35,8 @@ app.command("provision")(provision_cmd)
 app.command("train")(train_cmd)
 app.command("bench")(bench_cmd)
 app.command("check")(check_cmd)
+app.command("drain")(drain_cmd)
+app.command("undrain")(undrain_cmd)
 
 
 def _version(value: bool) -> None:

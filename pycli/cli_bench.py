@@ -33,7 +33,8 @@ def bench_cmd(
     The inventory may come first (pycli bench INVENTORY ...) or with -i."""
     from pycli.bench import bench
     from pycli.bench_plan import bench_request
-    from pycli.cli_options import given_inventory, leading_inventory, load_inventory
+    from pycli.cli_options import given_inventory, leading_inventory, load_inventory, say_to_stderr
+    from pycli.drained import for_jobs
 
     positional, workload_args = leading_inventory(workload_args or [])
     inventory = given_inventory(positional, inventory)
@@ -43,4 +44,4 @@ def bench_cmd(
         workload_args=workload_args or [], allreduce_sizes=None if no_allreduce else allreduce_sizes,
         allreduce_iters=allreduce_iters, iperf_seconds=iperf_seconds,
     )
-    raise typer.Exit(bench(load_inventory(inventory), request))
+    raise typer.Exit(bench(for_jobs(load_inventory(inventory), say_to_stderr), request))

@@ -15,8 +15,9 @@ from pathlib import Path
 import typer
 
 from pycli import hostfiles
-from pycli.cli_options import INVENTORY_OPTION, required_inventory
-from pycli.cluster_model import DEFAULT_SLOTS, DEFAULT_SSH_PORT, Cluster, Host, load_cluster, make_cluster, parse_host_list
+from pycli.cli_options import INVENTORY_OPTION, load_inventory, required_inventory, say_to_stderr
+from pycli.cluster_model import DEFAULT_SLOTS, DEFAULT_SSH_PORT, Cluster, Host, make_cluster, parse_host_list
+from pycli.drained import for_jobs
 from pycli.errors import BadInput, read_user_text, text_of
 from pycli.inventory_writer import HostEntry, render_inventory, write_text_atomically
 
@@ -152,6 +153,7 @@ def new_cmd(
 
 
 def cluster_as_json(cluster: Cluster) -> dict[str, object]:
+    drained = {entry.node: entry for entry in cluster.drained}
     return {
         "launcher": cluster.launcher,
         "total_slots": cluster.total_slots,
@@ -164,6 +166,8 @@ def cluster_as_json(cluster: Cluster) -> dict[str, object]:
                 "port": host.port,
                 "slots": host.slots,
                 "launcher": host.name == cluster.launcher,
+                "drained": ({"reason": drained[host.name].reason, "since": drained[host.name].since}
+                            if host.name in drained else None),
             }
             for host in cluster.hosts
         ],
@@ -175,7 +179,8 @@ def cluster_table(cluster: Cluster) -> str:
 
     (A rich Table spends about 0.5 s of CPU measuring 1,000 rows, a quarter of the 2 s budget.)
     """
-    headers = ("HOST", "ADDRESS", "USER", "PORT", "SLOTS", "LAUNCHER")
+    drained = {entry.node for entry in cluster.drained}
+    headers = ("HOST", "ADDRESS", "USER", "PORT", "SLOTS", "LAUNCHER", *(("DRAINED",) if drained else ()))
     right_aligned = {3, 4}
     rows = [
         (
@@ -185,6 +190,7 @@ def cluster_table(cluster: Cluster) -> str:
             str(host.port),
             str(host.slots),
             "yes" if host.name == cluster.launcher else "",
+            *(("yes" if host.name in drained else "",) if drained else ()),
         )
         for host in cluster.hosts
     ]
@@ -199,7 +205,8 @@ def cluster_table(cluster: Cluster) -> str:
 
     count = len(cluster.hosts)
     total = f"{count} host{'s' if count != 1 else ''}, {cluster.total_slots} slots in total, launcher {cluster.launcher}"
-    return "\n".join([line(headers), *(line(row) for row in rows), total]) + "\n"
+    notes = [f"drained: {entry.describe()}" for entry in cluster.drained]
+    return "\n".join([line(headers), *(line(row) for row in rows), total, *notes]) + "\n"
 
 
 @inventory_app.command("show")
@@ -210,8 +217,8 @@ def show_cmd(
     inventory_option: Path | None = INVENTORY_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Show the cluster an inventory describes: hosts, addresses, SSH user and port, slots, launcher."""
-    cluster = load_cluster(required_inventory(inventory, inventory_option))
+    """Show the cluster an inventory describes: hosts, addresses, SSH user and port, slots, launcher, drained."""
+    cluster = load_inventory(required_inventory(inventory, inventory_option))
     if as_json:
         print(json.dumps(cluster_as_json(cluster), indent=2))
         return
@@ -229,7 +236,8 @@ def hostfile_cmd(
 ) -> None:
     """Print the cluster's hosts for a launcher: MPI or DeepSpeed hostfile, or horovodrun -H."""
     hostfiles.check_format(format_name)
-    hosts = hostfiles.fill_slots(load_cluster(required_inventory(inventory, inventory_option)), np)
+    cluster = for_jobs(load_inventory(required_inventory(inventory, inventory_option)), say_to_stderr)
+    hosts = hostfiles.fill_slots(cluster, np)
     text = hostfiles.render_hostfile(hosts, format_name)
     if output is None:
         sys.stdout.write(text)

@@ -6,6 +6,7 @@ Every command that reads an inventory takes it either way: as its first argument
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -62,10 +63,17 @@ def resolve_inventory(inventory: Path | None) -> Path:
 
 
 def load_inventory(inventory: Path | None) -> Cluster:
-    """The cluster of the inventory given (or of the one local cluster that is up), read and checked once."""
+    """The cluster of the inventory given (or of the one local cluster that is up), read and checked
+    once, with its drained list (pycli/drained.py)."""
     from pycli.cluster_model import load_cluster
+    from pycli.drained import with_drained
 
-    return load_cluster(resolve_inventory(inventory))
+    return with_drained(load_cluster(resolve_inventory(inventory)))
+
+
+def say_to_stderr(line: str) -> None:
+    """A notice that is no part of a command's output (a hostfile on stdout stays a hostfile)."""
+    print(f"pycli: {line}", file=sys.stderr)
 
 
 def controller_option(controller: str | None, backend: str | None, *, default: str = "gloo") -> str:

@@ -58,7 +58,8 @@ def train_cmd(
     """Run WORKLOAD on --np processes across the inventory's nodes, started from the launcher node.
 
     The inventory may come first (pycli train INVENTORY [WORKLOAD]) or with -i."""
-    from pycli.cli_options import controller_option, given_inventory, leading_inventory, load_inventory
+    from pycli.cli_options import controller_option, given_inventory, leading_inventory, load_inventory, say_to_stderr
+    from pycli.drained import for_jobs
     from pycli.containers import parse_job_container
     from pycli.errors import BadInput
     from pycli.train import WORKLOADS, JobRequest, run_job
@@ -74,7 +75,7 @@ def train_cmd(
     controller = controller_option(controller, backend)
     if np < 1:
         raise BadInput(f"--np {np}: the number of processes must be at least 1")
-    cluster = load_inventory(inventory)
+    cluster = for_jobs(load_inventory(inventory), say_to_stderr)
     container = None
     if docker is not None:
         container = parse_job_container(docker, docker_ssh_port, docker_opt or [], cluster.hosts)

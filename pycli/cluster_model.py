@@ -17,7 +17,7 @@ import os
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,18 @@ class Host:
 
 
 @dataclass(frozen=True)
+class Drained:
+    """A node fenced off from jobs (pycli/drained.py keeps the list): which, why and since when."""
+
+    node: str
+    reason: str
+    since: str  # UTC, ISO 8601 to the second
+
+    def describe(self) -> str:
+        return f"{self.node} ({self.reason}; since {self.since})"
+
+
+@dataclass(frozen=True)
 class Cluster:
     """The training hosts in inventory order and the one that starts jobs."""
 
@@ -84,6 +96,8 @@ class Cluster:
     # The inventory it was read from: playbooks and ad-hoc commands run against it. Not part
     # of what the cluster is (two reads of the same hosts are equal wherever they came from).
     inventory: Path | None = field(default=None, compare=False)
+    # Hosts of the inventory that jobs leave out until they are undrained (`for_jobs`).
+    drained: tuple[Drained, ...] = ()
 
     @property
     def total_slots(self) -> int:
@@ -92,6 +106,19 @@ class Cluster:
     @property
     def launcher_host(self) -> Host:
         return next(host for host in self.hosts if host.name == self.launcher)
+
+    def for_jobs(self) -> Cluster:
+        """The cluster jobs run on: drained hosts left out, the launcher the first host left if
+        it was drained itself; every host drained is bad input."""
+        if not self.drained:
+            return self
+        out = {entry.node for entry in self.drained}
+        hosts = tuple(host for host in self.hosts if host.name not in out)
+        if not hosts:
+            raise BadInput(f"every node is drained ({', '.join(e.describe() for e in self.drained)}); "
+                           "'pycli undrain NODE' takes one back")
+        launcher = self.launcher if self.launcher not in out else hosts[0].name
+        return replace(self, hosts=hosts, launcher=launcher, drained=())
 
     @property
     def inventory_path(self) -> Path:

@@ -97,6 +97,19 @@ def test_torchrun_ddp_on_every_node(provisioned_cluster):
     assert got[-1]["launcher"] == "ddp" and got[-1]["ranks"] == 2 and got[-1]["val_accuracy"] > 0.3
 
 
+def test_a_drained_node_is_left_out_even_when_it_is_the_launcher(provisioned_cluster):
+    drained = run_pycli("drain", "node1", "-i", str(provisioned_cluster), "--reason", "ECC errors")
+    assert drained.returncode == 0, drained.stderr
+    try:
+        proc = train(provisioned_cluster, "mnist", "--np", "1", "--", "--epochs", "1", *FAST)
+    finally:
+        back = run_pycli("undrain", "node1", "-i", str(provisioned_cluster))
+    assert back.returncode == 0 and proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "pycli: leaving out drained node1 (ECC errors; since " in proc.stderr
+    assert re.search(r"pycli: job \S+: 1 process\(es\) on node2 via", proc.stdout), proc.stdout[-3000:]
+    assert records(results_of(proc))[-1]["ranks"] == 1  # collected from node2, rank 0's node now
+
+
 def _job_processes():
     client = docker.from_env()
     found = {}

@@ -10,6 +10,7 @@ from pycli.check import (
     evaluate_allreduce, evaluate_docker_gpu, evaluate_driver_library, evaluate_horovod_build, evaluate_mesh,
     evaluate_mpirun, evaluate_nvidia_smi, evaluate_reachable, evaluate_same_software, mesh_command, mpirun_command,
 )
+from pycli.cluster_model import Drained
 from pycli.check_run import exit_code, report_json, result_line, run_gates
 from pycli.errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
 from pycli.cluster_model import Cluster, Host
@@ -173,6 +174,10 @@ def test_gates_run_in_order_and_stop_at_the_first_failure(tmp_path):
     summary = report_json(Path("inv.ini"), tmp_path, results)
     assert summary["failed_gate"] == "three" and summary["passed"] is False and summary["exit_code"] == 1
     assert [g["status"] for g in summary["gates"]] == ["pass", "skip", "fail", "not run"]
+    assert summary["drained"] == []
+    drained = (Drained("node2", "ECC errors", "2026-11-25T04:00:00Z"),)
+    assert report_json(Path("inv.ini"), tmp_path, results, drained)["drained"] == [
+        {"node": "node2", "reason": "ECC errors", "since": "2026-11-25T04:00:00Z"}]
 
 
 def test_the_unreachable_exit_code_is_the_failing_gates():

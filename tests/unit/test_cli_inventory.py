@@ -118,6 +118,7 @@ def test_show_json(capsys, inventory):
     assert shown["launcher"] == "gpu2" and shown["total_slots"] == 6
     assert shown["hosts"][1] == {
         "name": "gpu2", "address": "10.0.0.2", "user": "ops", "user_is_default": False, "port": 22, "slots": 2, "launcher": True,
+        "drained": None,
     }
     assert shown["hosts"][0]["user_is_default"] is True
 
