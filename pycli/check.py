@@ -28,6 +28,10 @@ from pycli.train import JobRequest
 
 DEFAULT_CUDA_IMAGE = "nvidia/cuda:12.8.1-base-ubuntu22.04"
 MPIRUN_TIMEOUT_S = 120
+# --deep: the share of the others' median a node's compute and a pair's link must reach (the
+# spread of healthy local nodes, measured in one sitting, is in docs/check.md).
+DEFAULT_COMPUTE_FRACTION = 0.6
+DEFAULT_LINK_FRACTION = 0.5
 DOCKER_TIMEOUT_S = 900
 
 
@@ -69,6 +73,14 @@ class CheckOptions:
     allreduce_size: str = "64M"
     controllers: tuple[str, ...] = HOROVOD_CONTROLLERS
     cuda_image: str = DEFAULT_CUDA_IMAGE
+    # --deep (pycli/deep_check.py): which node or link is slow; --fence drains the suspects.
+    deep: bool = False
+    deep_only: bool = False  # only reachable and the deep gates: measure again after a repair
+    fence: bool = False
+    compute_fraction: float = DEFAULT_COMPUTE_FRACTION
+    link_fraction: float = DEFAULT_LINK_FRACTION
+    compute_seconds: float = 2.0
+    link_seconds: int = 2
 
 
 @dataclass
@@ -77,6 +89,8 @@ class CheckContext:
     run_dir: Path
     options: CheckOptions
     facts: dict[str, NodeFacts] = field(default_factory=dict)
+    deep: dict[str, object] = field(default_factory=dict)  # the deep gates' figures (deep.json)
+    suspects: dict[str, str] = field(default_factory=dict)  # node -> why the deep gates name it
 
     @property
     def names(self) -> list[str]:
@@ -87,7 +101,9 @@ class CheckContext:
 
 
 def check_options(
-    *, busbw_floor_gbps: float, controller: str, allreduce_size: str, controllers: str, cuda_image: str
+    *, busbw_floor_gbps: float, controller: str, allreduce_size: str, controllers: str, cuda_image: str,
+    deep: bool = False, deep_only: bool = False, fence: bool = False, compute_fraction: float = DEFAULT_COMPUTE_FRACTION,
+    link_fraction: float = DEFAULT_LINK_FRACTION,
 ) -> CheckOptions:
     """The options, checked before any node is touched (BadInput, exit 2)."""
     if busbw_floor_gbps < 0:
@@ -101,7 +117,15 @@ def check_options(
         raise BadInput(f"--controllers {controllers!r}: name one or more of {', '.join(HOROVOD_CONTROLLERS)}")
     if not cuda_image.strip() or any(ch.isspace() for ch in cuda_image.strip()):
         raise BadInput(f"--cuda-image {cuda_image!r} is not an image name")
-    return CheckOptions(busbw_floor_gbps, controller, allreduce_size, wanted, cuda_image.strip())
+    for option, value in (("--compute-fraction", compute_fraction), ("--link-fraction", link_fraction)):
+        if not 0 < value < 1:
+            raise BadInput(f"{option} {value:g}: give the share of the others' median a node must reach, between 0 and 1")
+    deep = deep or deep_only
+    if fence and not deep:
+        raise BadInput("--fence drains the nodes the deep gates name; it needs --deep or --deep-only")
+    return CheckOptions(busbw_floor_gbps, controller, allreduce_size, wanted, cuda_image.strip(), deep=deep,
+                        deep_only=deep_only, fence=fence,
+                        compute_fraction=compute_fraction, link_fraction=link_fraction)
 
 
 # Gate 1: every node reachable.
@@ -403,6 +427,9 @@ class Gate:
     name: str
     what: str
     run: Callable[[CheckContext], GateResult]
+    # A failure stops the check (later gates need what this one proved); the deep gates
+    # measure independent things, so a slow node does not keep the links from being measured.
+    stops_the_check: bool = True
 
 
 GATES = (

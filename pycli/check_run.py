@@ -26,7 +26,7 @@ def run_gates(
         else:
             began = time.monotonic()
             result = replace(gate.run(ctx), name=gate.name, seconds=time.monotonic() - began)
-            stopped = result.stops
+            stopped = result.stops and gate.stops_the_check
         results.append(result)
         on_result(result)
     return results
@@ -61,6 +61,23 @@ def report_json(inventory: Path, run_dir: Path, results: Sequence[GateResult], d
     }
 
 
+def gates_for(options: CheckOptions) -> tuple[Gate, ...]:
+    """The usual gates, and the deep ones after them with --deep; with --deep-only, whether
+    every node answers and then the deep ones."""
+    if not options.deep:
+        return GATES
+    from pycli.deep_check import DEEP_GATES
+
+    return (GATES[0], *DEEP_GATES) if options.deep_only else GATES + DEEP_GATES
+
+
+def drain_suspects(cluster: Cluster, suspects: dict[str, str]) -> list[str]:
+    """--fence: the nodes the deep gates named go on the drained list, each with its figure."""
+    from pycli.drained import drain
+
+    return [entry.describe() for node, why in suspects.items() for entry in drain(cluster, [node], f"pycli check --deep: {why}")]
+
+
 def check(cluster: Cluster, options: CheckOptions, *, as_json: bool = False, write: Callable[[str], None] = print) -> int:
     """Run every gate against the cluster's nodes; the exit code is 0 only when all pass."""
     inventory = cluster.inventory_path
@@ -70,15 +87,24 @@ def check(cluster: Cluster, options: CheckOptions, *, as_json: bool = False, wri
         write(f"pycli: checking {len(cluster.hosts)} nodes of {inventory}; run folder {run_dir}")
         for entry in cluster.drained:  # checked too: a repaired node shows it here before it is undrained
             write(f"pycli: drained: {entry.describe()}")
-    counter = iter(range(1, len(GATES) + 1))
+    counter = iter(range(1, len(gates_for(options)) + 1))
 
     def show(result: GateResult) -> None:
         index = next(counter)
         if not as_json:
             write(result_line(index, result))
 
-    results = run_gates(GATES, ctx, on_result=show)
+    results = run_gates(gates_for(options), ctx, on_result=show)
     summary = report_json(inventory, run_dir, results, cluster.drained)
+    if options.deep:
+        summary["deep"] = {**ctx.deep, "suspects": ctx.suspects}
+        (run_dir / "deep.json").write_text(json.dumps(summary["deep"], indent=2) + "\n")
+    if options.fence and ctx.suspects:
+        fenced = drain_suspects(cluster, ctx.suspects)
+        summary["fenced"] = fenced
+        if not as_json:
+            for line in fenced:
+                write(f"pycli: fenced {line}; 'pycli undrain' takes it back")
     (run_dir / "check.json").write_text(json.dumps(summary, indent=2) + "\n")
     if as_json:
         write(json.dumps(summary, indent=2))

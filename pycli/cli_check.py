@@ -8,9 +8,11 @@ import typer
 
 from pycli.cli_options import INVENTORY_HELP, INVENTORY_OPTION
 
-# The command's default; tests/unit/test_check.py keeps it equal to pycli.check's. The
+# The command's defaults; tests/unit/test_check.py keeps them equal to pycli.check's. The
 # module itself is imported when the command runs, so `pycli --help` stays quick.
 DEFAULT_CUDA_IMAGE = "nvidia/cuda:12.8.1-base-ubuntu22.04"
+DEFAULT_COMPUTE_FRACTION = 0.6
+DEFAULT_LINK_FRACTION = 0.5
 
 
 def check_cmd(
@@ -25,6 +27,15 @@ def check_cmd(
     allreduce_size: str = typer.Option("64M", "--allreduce-size", help="Message size of the allreduce gate."),
     controllers: str = typer.Option("gloo,mpi", "--controllers", help="Horovod controllers every node's build must have (the horovod_build gate)."),
     cuda_image: str = typer.Option(DEFAULT_CUDA_IMAGE, "--cuda-image", help="Image for the docker --gpus all gate."),
+    deep: bool = typer.Option(False, "--deep", help="Also measure every node's compute and every pair's link, and name the slow ones."),
+    deep_only: bool = typer.Option(False, "--deep-only", help="Only whether every node answers, then the deep gates."),
+    fence: bool = typer.Option(False, "--fence", help="With --deep: put the nodes it names on the drained list."),
+    compute_fraction: float = typer.Option(
+        DEFAULT_COMPUTE_FRACTION, "--compute-fraction", help="With --deep: a node below this share of the others' median compute is named."
+    ),
+    link_fraction: float = typer.Option(
+        DEFAULT_LINK_FRACTION, "--link-fraction", help="With --deep: a pair below this share of the other pairs' median TCP is named."
+    ),
 ) -> None:
     """Check INVENTORY's nodes gate by gate: reachable, SSH mesh, same software, Horovod build, mpirun,
     allreduce, and on GPU nodes nvidia-smi, driver/library match and docker --gpus all."""
@@ -34,7 +45,7 @@ def check_cmd(
 
     options = check_options(
         busbw_floor_gbps=busbw_floor, controller=controller_option(controller, backend), allreduce_size=allreduce_size, controllers=controllers,
-        cuda_image=cuda_image,
+        cuda_image=cuda_image, deep=deep, deep_only=deep_only, fence=fence, compute_fraction=compute_fraction, link_fraction=link_fraction,
     )
     cluster = load_inventory(required_inventory(inventory, inventory_option))
     raise typer.Exit(check(cluster, options, as_json=as_json))

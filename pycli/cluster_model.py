@@ -39,7 +39,9 @@ KEY_VARS = ("ansible_ssh_private_key_file", "ansible_private_key_file")
 SSH_ARGS_VARS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")
 # Cluster-wide settings commands read besides the hosts (from the launcher's variables).
 INTERFACE_VAR = "pycli_network_interface"
-SETTINGS_VARS = ("common_venv_path", "common_work_dir", INTERFACE_VAR)
+# Nodes that share one machine's cores (local clusters): measurements run one node at a time.
+SHARED_CPUS_VAR = "pycli_nodes_share_cpus"
+SETTINGS_VARS = ("common_venv_path", "common_work_dir", INTERFACE_VAR, SHARED_CPUS_VAR)
 # Every variable pycli reads; Ansible templates them ("{{ ... }}") before pycli sees them.
 READ_VARS = (*ADDRESS_VARS, *PORT_VARS, *USER_VARS, SLOTS_VAR, *KEY_VARS, *SSH_ARGS_VARS, *SETTINGS_VARS)
 
@@ -106,6 +108,11 @@ class Cluster:
     @property
     def launcher_host(self) -> Host:
         return next(host for host in self.hosts if host.name == self.launcher)
+
+    @property
+    def nodes_share_cpus(self) -> bool:
+        """The inventory says its nodes share one machine's cores (a local cluster)."""
+        return str(self.settings.get(SHARED_CPUS_VAR, "")).strip().lower() in ("true", "yes", "1")
 
     def for_jobs(self) -> Cluster:
         """The cluster jobs run on: drained hosts left out, the launcher the first host left if

@@ -26,14 +26,17 @@ class TcpLink:
 
 
 def parse_iperf3(output: str) -> float:
-    """Received bits per second from `iperf3 -J` output; ValueError with iperf3's own error."""
+    """Received bits per second from `iperf3 -J` output (with --bidir, the slower direction's);
+    ValueError with iperf3's own error."""
     start = output.find("{")
     if start < 0:
         raise ValueError(output.strip().splitlines()[-1] if output.strip() else "iperf3 printed nothing")
     data = json.loads(output[start:])
     if data.get("error"):
         raise ValueError(str(data["error"]))
-    return float(data["end"]["sum_received"]["bits_per_second"])
+    end = data["end"]
+    directions = [end[key]["bits_per_second"] for key in ("sum_received", "sum_received_bidir_reverse") if key in end]
+    return float(min(directions))
 
 
 # The server's pidfile lives in a folder only its user can enter, made anew by mktemp on the node:
@@ -42,16 +45,26 @@ _SERVER_FOLDER = "pycli-iperf3.XXXXXXXX"
 _SERVER_FOLDER_NAME = re.compile(r"pycli-iperf3\.[A-Za-z0-9]{8}")
 
 
+def tcp_server_command() -> str:
+    """Start a one-shot iperf3 server in the background and print its private folder."""
+    server_argv = shlex.join(["iperf3", "-s", "-1", "-D", "-p", str(IPERF3_PORT), "-I"])
+    return (f"folder=$(mktemp -d -t {_SERVER_FOLDER}) || exit 1; "
+            f'if {server_argv} "$folder/pid"; then printf "%s\\n" "$folder"; '
+            'else code=$?; rm -rf "$folder"; exit $code; fi')
+
+
+def tcp_client_command(server_address: str, seconds: int, *, both_ways: bool = False) -> str:
+    """Measure TCP to the server for `seconds` (JSON), retrying while it starts; `both_ways`:
+    both directions at once (--bidir), so a link slow either way shows."""
+    client_argv = shlex.join(["iperf3", "-c", server_address, "-p", str(IPERF3_PORT), "-t", str(seconds), "-J",
+                              *(["--bidir"] if both_ways else [])])
+    return (f"for attempt in 1 2 3 4 5; do out=$({client_argv} 2>&1) && break; sleep 1; done; "
+            'printf "%s\\n" "$out"')
+
+
 def tcp_commands(server_address: str, seconds: int) -> tuple[str, str]:
     """(start the one-shot server and print its private folder, run the client with retries)."""
-    server_argv = shlex.join(["iperf3", "-s", "-1", "-D", "-p", str(IPERF3_PORT), "-I"])
-    server = (f"folder=$(mktemp -d -t {_SERVER_FOLDER}) || exit 1; "
-              f'if {server_argv} "$folder/pid"; then printf "%s\\n" "$folder"; '
-              'else code=$?; rm -rf "$folder"; exit $code; fi')
-    client_argv = shlex.join(["iperf3", "-c", server_address, "-p", str(IPERF3_PORT), "-t", str(seconds), "-J"])
-    client = (f"for attempt in 1 2 3 4 5; do out=$({client_argv} 2>&1) && break; sleep 1; done; "
-              'printf "%s\\n" "$out"')
-    return server, client
+    return tcp_server_command(), tcp_client_command(server_address, seconds)
 
 
 def tcp_stop_command(folder: str) -> str:

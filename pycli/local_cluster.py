@@ -254,7 +254,8 @@ def _create(client, plan: ClusterPlan, tag: str, secrets: Path, inventory: Path,
     containers: list[tuple[NodePlan, Container]] = []
     for node in plan.nodes:
         host_config = client.api.create_host_config(
-            cap_add=["SYS_ADMIN"],
+            # SYS_ADMIN for systemd; NET_ADMIN so a test can slow a node's link (tc), as a bad cable would.
+            cap_add=["SYS_ADMIN", "NET_ADMIN"],
             binds=["/sys/fs/cgroup:/sys/fs/cgroup:rw"],
             cgroupns="host",
             tmpfs={"/run": "", "/run/lock": ""},

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from pycli.cluster_model import SHARED_CPUS_VAR
 from pycli.errors import BadInput, PycliError
 from pycli.inventory_writer import HostEntry, render_inventory
 from pycli.paths import PROJECT_ROOT, state_dir
@@ -163,8 +164,9 @@ LOCAL_BED_VARS: dict[str, object] = {
     "openmpi_source_url": "http://deb.debian.org/debian/pool/main/o/openmpi/openmpi_4.1.4.orig.tar.xz",
     "openmpi_source_sha256": "ddaee7dbdb01eb4fab1fda5b5e03e8bbff026711806c095c1f39bb410f99f263",
     "docker_package_source": "distribution",
-    # Docker inside a node container: no NET_ADMIN, so no iptables rules and no bridge,
-    # and containers start through the image's runc wrapper (pycli/node_files/runc-nested).
+    # Docker inside a node container: no iptables rules and no bridge (the node's network is
+    # the test bed's), and containers start through the image's runc wrapper
+    # (pycli/node_files/runc-nested).
     "docker_daemon_options": {
         "iptables": False, "ip6tables": False, "bridge": "none",
         "runtimes": {"runc-nested": {"path": "/usr/local/bin/runc-nested"}},
@@ -177,6 +179,8 @@ LOCAL_BED_VARS: dict[str, object] = {
     "pycli_job_container_options": [
         "--hostname", "{{ inventory_hostname }}", "--add-host", "{{ inventory_hostname }}:{{ ansible_host }}",
     ],
+    # The nodes share this machine's cores: measured at once they would measure the scheduler.
+    SHARED_CPUS_VAR: True,
 }
 LOCAL_BED_COMMENTS = {
     "openmpi_version": "Test bed: Open MPI from Debian's mirror (see pycli/local_plan.py for the checksum's source).",
@@ -184,6 +188,7 @@ LOCAL_BED_COMMENTS = {
     "common_extra_ca_bundle": "Test bed: the CA bundle baked into the node image, trusted by pip on the nodes too.",
     "pycli_job_container_network": "Test bed: train --docker containers stay in their node's network (real hosts: host).",
     "pycli_job_container_options": "Test bed: what a host network gives a container, its node's name and address.",
+    SHARED_CPUS_VAR: "Test bed: the nodes share this machine's cores, so check --deep measures one node or pair at a time.",
 }
 
 

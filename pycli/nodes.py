@@ -108,19 +108,24 @@ def ssh_probe(hosts: Sequence[Host], command: str = "true") -> dict[str, NodeOut
     OpenSSH directly rather than Ansible: Ansible keeps connections open (ControlPersist),
     and a kept connection outlives a stopped sshd, which is exactly what this must see.
     """
+    return ssh_each([(host, command) for host in hosts])
+
+
+def ssh_each(commands: Sequence[tuple[Host, str]], timeout_s: float = 3 * SSH_TIMEOUT_S) -> dict[str, NodeOutput]:
+    """Each host's own command, all at once over OpenSSH (a new login each); what each answered."""
     started = {}
-    for host in hosts:
+    for host, command in commands:
         argv = ssh_argv(host, command)
         started[host.name] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                               stderr=subprocess.PIPE, text=True)
     answers = {}
     for name, proc in started.items():
         try:
-            out, err = proc.communicate(timeout=3 * SSH_TIMEOUT_S)
+            out, err = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
-            err += f"\nno answer within {3 * SSH_TIMEOUT_S} s"
+            err += f"\nno answer within {timeout_s:g} s"
         answers[name] = NodeOutput(name, proc.returncode, out.replace("\r", ""), err.replace("\r", ""))
     return answers
 

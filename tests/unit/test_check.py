@@ -205,10 +205,12 @@ def test_sizes_read_like_nccl_tests():
         parse_size("6", "x")
 
 
-def test_the_cli_default_image_is_the_modules():
-    from pycli import cli_check
+def test_the_cli_defaults_are_the_modules():
+    from pycli import check, cli_check
 
     assert cli_check.DEFAULT_CUDA_IMAGE == DEFAULT_CUDA_IMAGE
+    assert (cli_check.DEFAULT_COMPUTE_FRACTION, cli_check.DEFAULT_LINK_FRACTION) == (
+        check.DEFAULT_COMPUTE_FRACTION, check.DEFAULT_LINK_FRACTION)
 
 
 @pytest.mark.parametrize(("args", "message"), [

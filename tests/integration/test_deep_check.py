@@ -1,0 +1,104 @@
+"""`pycli check --deep` on a 3-node local cluster of its own (the one test module that needs a
+third node): a node whose CPU share is cut is named by the compute gate, a node whose link is
+slowed by the pairs through it; `--fence` drains them and jobs leave them out until undrained.
+
+Figures are compared with each other, never with a speed: the faults are far outside the
+spread of healthy nodes (a CPU share of 0.3, a link shaped to 200 Mbit/s).
+"""
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TEST_CA_BUNDLE, run_pycli
+
+pytestmark = pytest.mark.integration
+CLUSTER3 = f"pytest3-{os.getpid()}"
+
+
+def _container(node: str):
+    import docker
+
+    return docker.from_env().containers.get(f"pycli-{CLUSTER3}-{node}")
+
+
+def _cpus(node: str, share: str) -> None:
+    """docker update --cpus: the node's share of this machine's cores (all of them: no limit;
+    this Docker keeps the old limit on --cpus 0)."""
+    subprocess.run(["docker", "update", "--cpus", share, f"pycli-{CLUSTER3}-{node}"], check=True, capture_output=True)
+
+
+def _on(node: str, command: str) -> None:
+    code, output = _container(node).exec_run(["bash", "-c", command])
+    assert code == 0, f"{node}: {command}: {output.decode(errors='replace')}"
+
+
+@pytest.fixture(scope="module")
+def three_nodes(docker_engine, tmp_path_factory):
+    inventory = tmp_path_factory.mktemp("cluster3") / f"local-{CLUSTER3}.ini"
+    run_pycli("cluster", "up", "--name", CLUSTER3, "--nodes", "3", "--slots", "1", "--inventory", str(inventory),
+              "--ca-bundle", TEST_CA_BUNDLE, check=True)
+    try:
+        proc = run_pycli("provision", str(inventory), "--skip-tags", "docker", timeout=3600)  # no job containers here
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+        yield inventory
+    finally:
+        if not os.environ.get("PYCLI_KEEP_TEST_CLUSTER"):
+            run_pycli("cluster", "down", "--name", CLUSTER3, check=True)
+
+
+def _deep_check(inventory: Path, tmp_path: Path, *extra: str) -> tuple[int, dict]:
+    proc = run_pycli("check", str(inventory), "--deep-only", "--json", *extra, env={"PYCLI_RUNS": str(tmp_path)})
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def _gate(summary: dict, name: str) -> dict:
+    return next(gate for gate in summary["gates"] if gate["name"] == name)
+
+
+def test_a_node_with_a_cut_cpu_share_is_named_fenced_and_left_out_until_undrained(three_nodes, tmp_path):
+    _cpus("node3", "0.3")
+    try:
+        code, summary = _deep_check(three_nodes, tmp_path, "--fence")
+    finally:
+        _cpus("node3", str(os.cpu_count()))
+    compute = _gate(summary, "compute")
+    assert code == 1 and compute["status"] == "fail", json.dumps(summary, indent=2)
+    assert re.fullmatch(r"node3: compute 0\.\d\d of the median \(below 0\.6\).*", compute["message"]), compute["message"]
+    assert [gate["name"] for gate in summary["gates"]] == ["reachable", "compute", "links"]  # --deep-only
+    assert set(summary["deep"]["compute"]["gflops"]) == {"node1", "node2", "node3"}
+    assert [line.split(" (")[0] for line in summary["fenced"]][:1] == ["node3"]
+    assert (Path(summary["run_dir"]) / "compute.png").stat().st_size > 0
+    # The links were measured too (a failing compute gate does not stop them): 3 pairs, 3 rounds.
+    assert len(summary["deep"]["links"]) == 3 and (Path(summary["run_dir"]) / "links.png").stat().st_size > 0
+    for node in summary["deep"]["suspects"]:
+        if node != "node3":  # the links gate may name node3 too (its share of the CPU slows iperf3)
+            pytest.fail(f"{node} named: {summary['deep']['suspects']}")
+
+    job = run_pycli("train", "mnist", "--np", "2", "-i", str(three_nodes), "--", "--epochs", "1", "--threads", "1")
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-2000:]
+    assert "pycli: leaving out drained node3 (pycli check --deep: compute 0." in job.stderr
+    assert re.search(r"pycli: job \S+: 2 process\(es\) on node1, node2 via", job.stdout)
+    assert run_pycli("undrain", "node3", "-i", str(three_nodes)).returncode == 0
+    hostfile = run_pycli("hostfile", str(three_nodes))  # all three again
+    assert hostfile.stdout.count("slots=1") == 3 and hostfile.stderr == "", hostfile.stderr
+
+
+def test_a_node_with_a_slowed_link_is_named_through_exactly_its_pairs(three_nodes, tmp_path):
+    _on("node2", "tc qdisc add dev eth0 root tbf rate 200mbit burst 64kb latency 50ms")
+    try:
+        code, summary = _deep_check(three_nodes, tmp_path)
+    finally:
+        _on("node2", "tc qdisc del dev eth0 root")
+    links = _gate(summary, "links")
+    assert code == 1 and links["status"] == "fail" and _gate(summary, "compute")["status"] == "pass", json.dumps(summary, indent=2)
+    named = set(re.findall(r"(node\d <-> node\d): \d+% of the median link", links["message"]))
+    assert named == {"node1 <-> node2", "node2 <-> node3"}, links["message"]
+    assert summary["deep"]["suspects"] == {"node2": summary["deep"]["suspects"]["node2"]}
+    assert "fenced" not in summary  # no --fence: nothing drained
+    assert run_pycli("inventory", "show", str(three_nodes)).stdout.count("drained:") == 0

@@ -1,0 +1,123 @@
+"""pycli check --deep: the pair rounds, the comparison with the others' median, the probes'
+output, the pictures; and --fence putting the named nodes on the drained list."""
+
+import itertools
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pycli.check import FAIL, PASS, check_options
+from pycli.check_run import drain_suspects, gates_for
+from pycli.cluster_model import load_cluster
+from pycli.deep_check import (
+    DEEP_GATES, Link, compute_command, evaluate_compute, evaluate_links, pair_rounds, parse_compute, plot_compute,
+    plot_links, ratios_to_others,
+)
+from pycli.drained import with_drained
+from pycli.errors import BadInput
+
+
+@pytest.mark.parametrize("count", [2, 3, 4, 5, 8, 9, 16])
+def test_every_pair_is_measured_once_in_rounds_of_disjoint_pairs(count):
+    names = [f"node{i}" for i in range(1, count + 1)]
+    rounds = pair_rounds(names)
+    assert len(rounds) == (count - 1 if count % 2 == 0 else count)  # grows linearly with N
+    pairs = [pair for round_ in rounds for pair in round_]
+    assert sorted(pairs) == sorted(itertools.combinations(names, 2))  # every pair once, in inventory order
+    for round_ in rounds:
+        busy = [name for pair in round_ for name in pair]
+        assert len(busy) == len(set(busy)) and len(round_) == count // 2  # each node in one pair at a time
+
+
+def test_each_figure_is_compared_with_the_median_of_the_others():
+    assert ratios_to_others({"a": 10.0, "b": 10.0, "c": 3.0}) == {"a": pytest.approx(10 / 6.5), "b": pytest.approx(10 / 6.5),
+                                                                   "c": pytest.approx(0.3)}
+    assert ratios_to_others({"a": 1.0}) == {}
+
+
+def test_the_compute_gate_names_exactly_the_slow_node():
+    result, suspects = evaluate_compute({"node1": 40.0, "node2": 41.0, "node3": 9.0}, {}, 0.6)
+    assert result.status == FAIL and suspects == {"node3": "compute 0.22 of the median"}
+    assert result.message.startswith("node3: compute 0.22 of the median (below 0.6)")
+    healthy, none = evaluate_compute({"node1": 40.0, "node2": 35.0, "node3": 38.0}, {}, 0.6)
+    assert healthy.status == PASS and none == {} and "GFLOP/s node1 40.0, node2 35.0, node3 38.0" in healthy.figure
+    broken, _ = evaluate_compute({"node1": 40.0}, {"node2": "No module named 'torch'"}, 0.6)
+    assert broken.status == FAIL and "node2: No module named 'torch'" in broken.message
+
+
+def test_the_link_gate_names_the_pairs_through_the_slow_node_and_the_node_itself():
+    names = ["node1", "node2", "node3", "node4"]
+    slow = "node3"
+    links = [Link(a, b, 1.2 if slow in (a, b) else 12.0 + i) for i, (a, b) in enumerate(itertools.combinations(names, 2))]
+    result, suspects = evaluate_links(names, links, 0.5)
+    assert result.status == FAIL and list(suspects) == ["node3"]
+    named = {line.split(":")[0] for line in result.message.split("; ") if "<->" in line}
+    assert named == {"node1 <-> node3", "node2 <-> node3", "node3 <-> node4"}
+    assert "every slow pair goes through node3" in result.message
+    three, suspects = evaluate_links(names[:3], [Link("node1", "node2", 13.0), Link("node1", "node3", 1.4),
+                                                 Link("node2", "node3", 1.3)], 0.5)
+    assert three.status == FAIL and list(suspects) == ["node3"]  # 2 of 3 pairs slow: still the node they share
+    two, _ = evaluate_links(names[:2], [Link("node1", "node2", 0.1)], 0.5)
+    assert two.status == PASS and "fewer than 3 nodes" in two.figure
+    broken, _ = evaluate_links(names[:2], [Link("node1", "node2", None, "iperf3 -c on node1: unable to connect")], 0.5)
+    assert broken.status == FAIL and "node1 <-> node2: iperf3 -c on node1: unable to connect" in broken.message
+
+
+def test_the_compute_probe_runs_here_and_its_output_reads_back():
+    done = subprocess.run(["bash", "-c", compute_command(sys.executable, 0.2)], capture_output=True, text=True, timeout=120)
+    figures = parse_compute(done.stdout)
+    assert done.returncode == 0 and list(figures) == ["cpu"] and figures["cpu"] > 0.1
+    for bad in ("", "Traceback ...\nModuleNotFoundError: No module named 'torch'", '{"cpu": "fast"}'):
+        with pytest.raises(ValueError):
+            parse_compute(bad)
+
+
+def test_the_pictures_are_written(tmp_path):
+    plot_links(["a", "b", "c"], [Link("a", "b", 10.0), Link("a", "c", 1.0), Link("b", "c", 9.5)], tmp_path / "links.png")
+    plot_compute({"a": 40.0, "b": 12.0}, {"b"}, tmp_path / "compute.png")
+    for name in ("links.png", "compute.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_deep_gates_run_after_the_usual_ones_and_fence_needs_deep():
+    options = dict(busbw_floor_gbps=0, controller="gloo", allreduce_size="64M", controllers="gloo", cuda_image="img")
+    assert gates_for(check_options(**options))[-1].name == "docker_gpu"
+    assert gates_for(check_options(**options, deep=True))[-2:] == DEEP_GATES
+    assert [g.name for g in gates_for(check_options(**options, deep_only=True))] == ["reachable", "compute", "links"]
+    with pytest.raises(BadInput, match="--fence drains the nodes the deep gates name; it needs --deep"):
+        check_options(**options, fence=True)
+    with pytest.raises(BadInput, match="--link-fraction 1.5: give the share"):
+        check_options(**options, deep=True, link_fraction=1.5)
+
+
+def test_fence_drains_the_suspects_with_their_figures(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYCLI_STATE", str(tmp_path / "state"))
+    inventory = tmp_path / "c.ini"
+    inventory.write_text("[nodes]\nnode1 ansible_host=10.9.0.1\nnode2 ansible_host=10.9.0.2\nnode3 ansible_host=10.9.0.3\n")
+    cluster = with_drained(load_cluster(inventory))
+    fenced = drain_suspects(cluster, {"node3": "compute 0.22 of the median"})
+    assert len(fenced) == 1 and fenced[0].startswith("node3 (pycli check --deep: compute 0.22 of the median; since ")
+    assert [e.node for e in with_drained(load_cluster(inventory)).drained] == ["node3"]
+
+
+def test_a_pair_s_figure_is_its_slower_direction():
+    from pycli.iperf import parse_iperf3, tcp_client_command
+
+    both = {"end": {"sum_received": {"bits_per_second": 9e9}, "sum_received_bidir_reverse": {"bits_per_second": 1e9}}}
+    assert parse_iperf3(json.dumps(both)) == 1e9
+    assert "--bidir" in tcp_client_command("10.9.0.2", 2, both_ways=True) and "--bidir" not in tcp_client_command("10.9.0.2", 2)
+
+
+def test_a_failing_deep_gate_leaves_the_next_deep_gate_to_run(tmp_path):
+    from pycli.check import Gate, GateResult, NOT_RUN
+    from pycli.check_run import run_gates
+
+    ran = []
+
+    def gate(name, status, stops=True):
+        return Gate(name, name, lambda ctx: ran.append(name) or GateResult(name, status), stops_the_check=stops)
+
+    results = run_gates([gate("compute", FAIL, stops=False), gate("links", FAIL), gate("after", PASS)], ctx=None)
+    assert ran == ["compute", "links"] and [r.status for r in results] == [FAIL, FAIL, NOT_RUN]
