@@ -238,13 +238,16 @@ def plot_links(names: Sequence[str], links: Sequence[Link], path: Path) -> None:
     size = max(4.0, 0.5 * len(names) + 2)
     fig, ax = plt.subplots(figsize=(size + 1, size))
     image = ax.imshow(grid, cmap="viridis")
-    ax.set_xticks(range(len(names)), names, rotation=90)
+    ax.set_xticks(range(len(names)), names, rotation=90 if len(names) > 8 else 0)
     ax.set_yticks(range(len(names)), names)
+    measured = [link.gbit_per_s for link in links if link.gbit_per_s is not None]
+    middle = (min(measured) + max(measured)) / 2
     if len(names) <= 24:
         for i, row in enumerate(grid):
             for j, value in enumerate(row):
-                if value == value:  # not NaN
-                    ax.text(j, i, f"{value:.1f}", ha="center", va="center", color="white", fontsize=8)
+                if value == value:  # not NaN; dark text on the bright (fast) cells
+                    ax.text(j, i, f"{value:.1f}", ha="center", va="center", color="black" if value > middle else "white",
+                            fontsize=8)
     fig.colorbar(image, ax=ax, label="Gbit/s (iperf3)")
     ax.set_title("TCP between every pair of nodes")
     fig.tight_layout()

@@ -76,7 +76,7 @@ class JobRequest:
     time_limit_s: float | None = None  # --timeout: stop the job on every node after this long
     max_restarts: int = 0  # --max-restarts: start a failed job again this often (pycli/restarts.py)
     min_np: int | None = None  # --min-np: a restart or an elastic job may go on with this few ranks; None: all --np
-    elastic: bool = False  # --elastic: horovodrun's elastic mode, the job goes on when ranks are lost
+    elastic: bool = False  # --elastic: the launcher's elastic mode (horovodrun or torchrun) goes on when ranks are lost
 
 
 def new_job_id(now: datetime | None = None) -> str:
