@@ -32,6 +32,8 @@ MPIRUN_TIMEOUT_S = 120
 # spread of healthy local nodes, measured in one sitting, is in docs/check.md).
 DEFAULT_COMPUTE_FRACTION = 0.6
 DEFAULT_LINK_FRACTION = 0.5
+# --deep on GPU nodes with DCGM: `dcgmi diag -r 1` (about a minute; 0 does not run it).
+DEFAULT_DCGM_LEVEL = 1
 DOCKER_TIMEOUT_S = 900
 
 
@@ -81,6 +83,7 @@ class CheckOptions:
     link_fraction: float = DEFAULT_LINK_FRACTION
     compute_seconds: float = 2.0
     link_seconds: int = 2
+    dcgm_level: int = DEFAULT_DCGM_LEVEL  # pycli/gpu_health.py
 
 
 @dataclass
@@ -103,7 +106,7 @@ class CheckContext:
 def check_options(
     *, busbw_floor_gbps: float, controller: str, allreduce_size: str, controllers: str, cuda_image: str,
     deep: bool = False, deep_only: bool = False, fence: bool = False, compute_fraction: float = DEFAULT_COMPUTE_FRACTION,
-    link_fraction: float = DEFAULT_LINK_FRACTION,
+    link_fraction: float = DEFAULT_LINK_FRACTION, dcgm_level: int = DEFAULT_DCGM_LEVEL,
 ) -> CheckOptions:
     """The options, checked before any node is touched (BadInput, exit 2)."""
     if busbw_floor_gbps < 0:
@@ -120,12 +123,14 @@ def check_options(
     for option, value in (("--compute-fraction", compute_fraction), ("--link-fraction", link_fraction)):
         if not 0 < value < 1:
             raise BadInput(f"{option} {value:g}: give the share of the others' median a node must reach, between 0 and 1")
+    if dcgm_level not in range(5):
+        raise BadInput(f"--dcgm-level {dcgm_level}: dcgmi diag runs levels 1 (about a minute) to 4 (hours); 0 does not run it")
     deep = deep or deep_only
     if fence and not deep:
         raise BadInput("--fence drains the nodes the deep gates name; it needs --deep or --deep-only")
     return CheckOptions(busbw_floor_gbps, controller, allreduce_size, wanted, cuda_image.strip(), deep=deep,
                         deep_only=deep_only, fence=fence,
-                        compute_fraction=compute_fraction, link_fraction=link_fraction)
+                        compute_fraction=compute_fraction, link_fraction=link_fraction, dcgm_level=dcgm_level)
 
 
 # Gate 1: every node reachable.

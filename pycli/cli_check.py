@@ -13,6 +13,7 @@ from pycli.cli_options import INVENTORY_HELP, INVENTORY_OPTION
 DEFAULT_CUDA_IMAGE = "nvidia/cuda:12.8.1-base-ubuntu22.04"
 DEFAULT_COMPUTE_FRACTION = 0.6
 DEFAULT_LINK_FRACTION = 0.5
+DEFAULT_DCGM_LEVEL = 1
 
 
 def check_cmd(
@@ -36,6 +37,9 @@ def check_cmd(
     link_fraction: float = typer.Option(
         DEFAULT_LINK_FRACTION, "--link-fraction", help="With --deep: a pair below this share of the other pairs' median TCP is named."
     ),
+    dcgm_level: int = typer.Option(
+        DEFAULT_DCGM_LEVEL, "--dcgm-level", help="With --deep, on GPU nodes with DCGM: dcgmi diag -r LEVEL (1 quick to 4 hours; 0 skips it)."
+    ),
 ) -> None:
     """Check INVENTORY's nodes gate by gate: reachable, SSH mesh, same software, Horovod build, mpirun,
     allreduce, and on GPU nodes nvidia-smi, driver/library match and docker --gpus all."""
@@ -46,6 +50,7 @@ def check_cmd(
     options = check_options(
         busbw_floor_gbps=busbw_floor, controller=controller_option(controller, backend), allreduce_size=allreduce_size, controllers=controllers,
         cuda_image=cuda_image, deep=deep, deep_only=deep_only, fence=fence, compute_fraction=compute_fraction, link_fraction=link_fraction,
+        dcgm_level=dcgm_level,
     )
     cluster = load_inventory(required_inventory(inventory, inventory_option))
     raise typer.Exit(check(cluster, options, as_json=as_json))

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from pycli.check import CheckContext, Gate, GateResult, failed, passed, skipped
 from pycli.cluster_model import Host
+from pycli.gpu_health import gate_gpu_health
 from pycli.iperf import parse_iperf3, tcp_client_command, tcp_server_command, tcp_stop_command
 from pycli.nodes import ssh_each
 
@@ -277,6 +278,7 @@ def plot_compute(figures: Mapping[str, float], slow: set[str], path: Path) -> No
 
 
 DEEP_GATES = (
+    Gate("gpu_health", "no GPU reports ECC, remapping, throttling, Xid or DCGM trouble", gate_gpu_health, stops_the_check=False),
     Gate("compute", "every node's matrix multiply is near the others' median", gate_compute, stops_the_check=False),
     Gate("links", "every pair of nodes' TCP is near the others' median", gate_links),
 )

@@ -70,7 +70,8 @@ def test_a_node_with_a_cut_cpu_share_is_named_fenced_and_left_out_until_undraine
     compute = _gate(summary, "compute")
     assert code == 1 and compute["status"] == "fail", json.dumps(summary, indent=2)
     assert re.fullmatch(r"node3: compute 0\.\d\d of the median \(below 0\.6\).*", compute["message"]), compute["message"]
-    assert [gate["name"] for gate in summary["gates"]] == ["reachable", "compute", "links"]  # --deep-only
+    assert [gate["name"] for gate in summary["gates"]] == ["reachable", "gpu_health", "compute", "links"]  # --deep-only
+    assert _gate(summary, "gpu_health") == {**_gate(summary, "gpu_health"), "status": "skip", "figure": "no NVIDIA GPU on any node"}
     assert set(summary["deep"]["compute"]["gflops"]) == {"node1", "node2", "node3"}
     assert [line.split(" (")[0] for line in summary["fenced"]][:1] == ["node3"]
     assert (Path(summary["run_dir"]) / "compute.png").stat().st_size > 0

@@ -209,8 +209,8 @@ def test_the_cli_defaults_are_the_modules():
     from pycli import check, cli_check
 
     assert cli_check.DEFAULT_CUDA_IMAGE == DEFAULT_CUDA_IMAGE
-    assert (cli_check.DEFAULT_COMPUTE_FRACTION, cli_check.DEFAULT_LINK_FRACTION) == (
-        check.DEFAULT_COMPUTE_FRACTION, check.DEFAULT_LINK_FRACTION)
+    assert (cli_check.DEFAULT_COMPUTE_FRACTION, cli_check.DEFAULT_LINK_FRACTION, cli_check.DEFAULT_DCGM_LEVEL) == (
+        check.DEFAULT_COMPUTE_FRACTION, check.DEFAULT_LINK_FRACTION, check.DEFAULT_DCGM_LEVEL)
 
 
 @pytest.mark.parametrize(("args", "message"), [

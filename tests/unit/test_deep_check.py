@@ -84,8 +84,8 @@ def test_the_pictures_are_written(tmp_path):
 def test_deep_gates_run_after_the_usual_ones_and_fence_needs_deep():
     options = dict(busbw_floor_gbps=0, controller="gloo", allreduce_size="64M", controllers="gloo", cuda_image="img")
     assert gates_for(check_options(**options))[-1].name == "docker_gpu"
-    assert gates_for(check_options(**options, deep=True))[-2:] == DEEP_GATES
-    assert [g.name for g in gates_for(check_options(**options, deep_only=True))] == ["reachable", "compute", "links"]
+    assert gates_for(check_options(**options, deep=True))[-3:] == DEEP_GATES
+    assert [g.name for g in gates_for(check_options(**options, deep_only=True))] == ["reachable", "gpu_health", "compute", "links"]
     with pytest.raises(BadInput, match="--fence drains the nodes the deep gates name; it needs --deep"):
         check_options(**options, fence=True)
     with pytest.raises(BadInput, match="--link-fraction 1.5: give the share"):

@@ -1,0 +1,214 @@
+"""The GPU health gate of `pycli check --deep`: its parsers on what real machines printed
+(tests/fixtures/recorded, sources in its README), and the node's side of the probe run by bash."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pycli.check import FAIL, PASS, SKIP, check_options
+from pycli.errors import BadInput
+from pycli.gpu_health import (
+    MARK, Section, evaluate_gpu_health, evaluate_node, health_command, parse_dcgm_diag, parse_nvidia_smi_q,
+    parse_smi_tree, parse_xids, split_sections,
+)
+
+RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
+
+
+def recorded(name: str) -> str:
+    return (RECORDED / name).read_text()
+
+
+def under_a_gpu(excerpt: str, bus_id: str = "00000000:3B:00.0") -> str:
+    """An excerpt published without its `GPU <bus id>` line, put back under one as nvidia-smi prints it."""
+    return f"GPU {bus_id}\n" + textwrap.indent(excerpt, "    ")
+
+
+# --- nvidia-smi -q ---------------------------------------------------------------------------
+
+
+def test_a_healthy_a10g_has_ecc_on_no_uncorrectable_errors_and_no_slowdown():
+    [gpu] = parse_nvidia_smi_q(recorded("nvidia-smi-q-a10g-535.txt"))
+    assert (gpu.index, gpu.bus_id, gpu.name, gpu.ecc) == (0, "00000000:00:1E.0", "NVIDIA A10G", "Enabled")
+    assert (gpu.volatile_uncorrectable, gpu.volatile_correctable) == (0, 0)
+    assert (gpu.aggregate_uncorrectable, gpu.aggregate_correctable) == (0, 1)
+    assert not (gpu.remap_pending or gpu.remap_failed or gpu.retirement_pending or gpu.reset_required)
+    assert gpu.slowdowns == () and gpu.problems() == []
+    assert gpu.notes() == ["1 correctable ECC error(s) in its lifetime"]  # shown, not held against it
+
+
+def test_a_geforce_without_ecc_reads_as_no_counts_not_as_zero_errors():
+    [gpu] = parse_nvidia_smi_q(recorded("nvidia-smi-q-rtx3090-535.txt"))
+    assert gpu.ecc == "N/A" and gpu.volatile_uncorrectable is None and gpu.aggregate_correctable is None
+    assert gpu.name == "NVIDIA GeForce RTX 3090" and gpu.problems() == [] and gpu.notes() == []
+    tree = parse_smi_tree(recorded("nvidia-smi-q-rtx3090-535.txt"))
+    assert tree["GPU 00000000:04:00.0"]["Remapped Rows"] == "N/A"  # a section printed as one value
+
+
+def test_a_pending_row_remap_after_xid_63_is_a_problem_and_the_correctable_errors_a_note():
+    [gpu] = parse_nvidia_smi_q(recorded("nvidia-smi-q-a100-remap-pending.txt"))
+    assert gpu.name == "NVIDIA A100-SXM4-80GB" and gpu.remap_pending and not gpu.remap_failed
+    assert gpu.volatile_correctable == 177 and gpu.volatile_uncorrectable == 0
+    assert gpu.problems() == ["a row remap is pending: reset the GPU (or reboot) to apply it"]
+
+
+def test_a_power_brake_under_the_older_throttle_heading_is_a_slowdown():
+    [gpu] = parse_nvidia_smi_q(under_a_gpu(recorded("nvidia-smi-q-v100-power-brake.txt")))
+    assert gpu.slowdowns == ("HW Slowdown", "HW Power Brake Slowdown")
+    assert gpu.problems() == ["clocks held down by HW Slowdown, HW Power Brake Slowdown"]
+
+
+def test_idle_and_a_power_cap_are_not_slowdowns():
+    text = under_a_gpu("Clocks Event Reasons\n    Idle                              : Active\n"
+                       "    SW Power Cap                      : Active\n"
+                       "    SW Thermal Slowdown               : Not Active\n")
+    assert parse_nvidia_smi_q(text)[0].slowdowns == ()
+
+
+def test_uncorrectable_errors_of_the_newest_layout_and_the_single_double_bit_layout_are_counted():
+    newest = recorded("nvidia-smi-q-a10g-535.txt").replace(
+        "            SRAM Uncorrectable SEC-DED    : 0\n            DRAM Correctable              : 0\n"
+        "            DRAM Uncorrectable            : 0\n        Aggregate",
+        "            SRAM Uncorrectable SEC-DED    : 1\n            DRAM Correctable              : 0\n"
+        "            DRAM Uncorrectable            : 2\n        Aggregate")
+    assert parse_nvidia_smi_q(newest)[0].volatile_uncorrectable == 3
+    older = under_a_gpu(textwrap.dedent("""\
+        ECC Errors
+            Volatile
+                Single Bit
+                    Device Memory             : 4
+                    Register File             : 0
+                    Total                     : 4
+                Double Bit
+                    Device Memory             : 1
+                    Register File             : 0
+                    Total                     : 1
+        """))
+    [gpu] = parse_nvidia_smi_q(older)
+    assert (gpu.volatile_uncorrectable, gpu.volatile_correctable) == (1, 4)  # the Totals, not twice
+    assert gpu.problems() == ["1 uncorrectable ECC error(s) since the last reset"]
+
+
+# --- Xid ---------------------------------------------------------------------------------------
+
+
+def test_xids_are_read_with_their_device_and_the_hardware_ones_named():
+    xids = parse_xids("[  12.3] random line\n" + recorded("kernel-log-xid.txt"))
+    assert [(x.device, x.code) for x in xids] == [("PCI:0000:10:1c", 63), ("PCI:0000:3b:00", 79)]
+    assert xids[0].hardware is None and xids[1].hardware == "GPU has fallen off the bus"
+    assert xids[1].detail == "pid=1234, GPU has fallen off the bus."
+
+
+# --- dcgmi diag -j -----------------------------------------------------------------------------
+
+
+def test_dcgm_3_json_after_a_stray_line_with_nulls_between_tests_all_pass():
+    report = parse_dcgm_diag(recorded("dcgmi-diag-3.1.0-r1.json"))
+    assert report.version == "3.1.0" and len(report.results) == 9 + 8
+    assert report.against == [] and all(result.passed for result in report.results)
+    assert report.results[0].entity == "0,1,2,3,4,5,6,7" and report.results[-1].entity == "7"
+
+
+def test_dcgm_4_json_names_the_failed_test_with_dcgms_own_words():
+    report = parse_dcgm_diag(recorded("dcgmi-diag-4.2.3-r1-gb10.json"))
+    assert report.version == "4.2.3"
+    [failure] = report.against
+    assert (failure.category, failure.test, failure.entity, failure.status) == ("Deployment", "software", "0", "Fail")
+    assert failure.describe().startswith("dcgmi software Fail on GPU 0: Persistence Mode: Persistence mode for GPU 0 is disabled.")
+
+
+@pytest.mark.parametrize("status", ["Inconclusive", "", "aborted"])
+def test_a_status_word_dcgm_never_used_is_not_read_as_a_pass(status):
+    report = parse_dcgm_diag('{"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": '
+                             f'[{{"name": "memory", "results": [{{"entity_id": 1, "status": "{status}"}}]}}]}}]}}}}')
+    assert [r.test for r in report.against] == ["memory"]
+
+
+@pytest.mark.parametrize("text", ["", "Error: unable to connect to host engine at localhost.", "{not json", '{"DCGM Diagnostic": {}}'])
+def test_output_without_results_is_an_error_never_a_pass(text):
+    with pytest.raises(ValueError):
+        parse_dcgm_diag(text)
+
+
+# --- a node and the gate -----------------------------------------------------------------------
+
+
+def _sections(smi: str, xid: str = "", dcgmi: tuple[str, int] | None = None) -> dict[str, Section]:
+    found = {"nvidia-smi": Section(smi, 0), "xid": Section(xid)}
+    if dcgmi is not None:
+        found["dcgmi"] = Section(*dcgmi)
+    return found
+
+
+def test_the_gate_names_exactly_the_sick_node_with_every_reason():
+    healthy = evaluate_node("node1", _sections(recorded("nvidia-smi-q-a10g-535.txt"),
+                                               dcgmi=(recorded("dcgmi-diag-3.1.0-r1.json"), 0)), 1)
+    sick = evaluate_node("node2", _sections(recorded("nvidia-smi-q-a100-remap-pending.txt"), recorded("kernel-log-xid.txt"),
+                                            (recorded("dcgmi-diag-4.2.3-r1-gb10.json"), 226)), 1)
+    assert healthy.problems == [] and healthy.notes == ["GPU 0 (NVIDIA A10G, 00000000:00:1E.0): 1 correctable ECC error(s) in its lifetime"]
+    assert sick.problems[0] == "GPU 0 (NVIDIA A100-SXM4-80GB, 00000000:10:1C.0): a row remap is pending: reset the GPU (or reboot) to apply it"
+    assert sick.problems[1].startswith("Xid 79 x1 this boot (PCI:0000:3b:00: pid=1234, GPU has fallen off the bus.)")
+    assert sick.problems[2].startswith("dcgmi software Fail on GPU 0: Persistence Mode")
+    assert any(note.startswith("Xid 63 x1") for note in sick.notes)  # a recording event, not a fault
+    result, suspects = evaluate_gpu_health([healthy, sick], {}, 1)
+    assert result.status == FAIL and list(suspects) == ["node2"] and "node1" not in result.message
+    assert result.figure == "2 GPUs on 2 nodes: ECC, row remapping, clock events, Xids; dcgmi diag -r 1 on 2"
+
+
+def test_without_dcgm_a_gpu_node_passes_with_a_note_and_without_gpus_the_gate_is_skipped():
+    node = evaluate_node("node1", _sections(recorded("nvidia-smi-q-rtx3090-535.txt")), 1)
+    assert node.problems == [] and node.notes[-1].startswith("DCGM is not installed")
+    assert evaluate_gpu_health([node], {}, 1)[0].status == PASS
+    assert evaluate_node("node2", {"none": Section("")}, 1) is None
+    assert evaluate_gpu_health([], {}, 1)[0].status == SKIP
+
+
+def test_dcgmi_that_printed_no_document_is_a_problem_saying_how_it_ended():
+    node = evaluate_node("node1", _sections(recorded("nvidia-smi-q-a10g-535.txt"), dcgmi=("", 124)), 2)
+    assert node.problems == ["dcgmi diag -r 2 gave no results (timed out; dcgmi printed no JSON)"]
+
+
+def test_dcgm_level_is_checked_before_any_node_is_touched():
+    options = dict(busbw_floor_gbps=0, controller="gloo", allreduce_size="64M", controllers="gloo", cuda_image="img")
+    assert check_options(**options, deep=True, dcgm_level=3).dcgm_level == 3
+    with pytest.raises(BadInput, match="--dcgm-level 5"):
+        check_options(**options, deep=True, dcgm_level=5)
+
+
+# --- the node's side, run by bash ----------------------------------------------------------------
+
+
+def _tool(folder: Path, name: str, body: str) -> None:
+    path = folder / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+
+
+def _run(command: str, path: str) -> str:
+    return subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PATH": path}).stdout
+
+
+def test_the_probe_splits_what_each_tool_printed_with_its_exit_status(tmp_path):
+    """Real bash runs health_command against stand-in tools that print the recorded output."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _tool(bin_dir, "nvidia-smi", f"cat {RECORDED / 'nvidia-smi-q-a100-remap-pending.txt'}\n")
+    _tool(bin_dir, "sudo", "exit 1\n")
+    _tool(bin_dir, "journalctl", f"echo 'kernel: unrelated'; cat {RECORDED / 'kernel-log-xid.txt'}\n")
+    _tool(bin_dir, "dcgmi", f"echo 'Successfully ran diagnostic for group.'; cat {RECORDED / 'dcgmi-diag-4.2.3-r1-gb10.json'}; exit 226\n")
+    path = f"{bin_dir}:/usr/bin:/bin"
+    sections = split_sections(_run(health_command(1), path).replace("\n", "\r\n"))  # as through ssh -tt
+    assert set(sections) == {"nvidia-smi", "xid", "dcgmi"}
+    assert sections["nvidia-smi"].rc == 0 and sections["dcgmi"].rc == 226
+    assert [x.code for x in parse_xids(sections["xid"].text)] == [63, 79]
+    assert parse_dcgm_diag(sections["dcgmi"].text).version == "4.2.3"
+    assert "dcgmi" not in split_sections(_run(health_command(0), path))  # --dcgm-level 0
+    (bin_dir / "nvidia-smi").unlink()
+    assert split_sections(_run(health_command(1), path)) == {"none": Section("")}
+    assert MARK in health_command(1)
