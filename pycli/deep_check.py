@@ -6,15 +6,18 @@ Two gates after the usual ones, each comparing every figure with the median of t
 - compute: every node at once runs a fixed float32 matrix multiply for a fixed time, on each
   of its GPUs or else on its CPU cores; a node's figure is its slowest device's GFLOP/s.
 - links: every pair of nodes measures TCP with iperf3 both ways at once (a pair's figure is
-  its slower direction), in rounds of disjoint pairs (the circle method: N-1 rounds of N/2
-  pairs for N nodes, N rounds for odd N with one node idle each round), so each node carries
-  one measurement at a time and the rounds grow linearly with N.
+  its slower direction), then a two-rank allreduce between the two (torch.distributed: NCCL
+  on the first GPU of each, else Gloo on the CPU; its bus bandwidth), in rounds of disjoint
+  pairs (the circle method: N-1 rounds of N/2 pairs for N nodes, N rounds for odd N with one
+  node idle each round), so each node carries one measurement at a time and the rounds grow
+  linearly with N.
 
 A node below `compute_fraction` of the others' median is named, and so is a pair below
 `link_fraction` of the other pairs' median; a node all of whose links are named is itself a
 suspect. `--fence` puts the suspects on the drained list (pycli/drained.py). The figures go
-to `deep.json`, the pair matrix to `links.png` (a heat map), the compute figures to
-`compute.png`.
+to `deep.json`, the pair matrices to `links.png` (TCP) and `allreduce.png` (heat maps), the
+compute figures to `compute.png` (pycli/deep_plots.py). The GPUs' own reports are the gate of
+pycli/gpu_health.py.
 """
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ import shlex
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from pycli.check import CheckContext, Gate, GateResult, failed, passed, skipped
-from pycli.cluster_model import Host
+from pycli.cluster_model import INTERFACE_VAR, Host
+from pycli.deep_plots import plot_compute, plot_links
 from pycli.gpu_health import gate_gpu_health
 from pycli.iperf import parse_iperf3, tcp_client_command, tcp_server_command, tcp_stop_command
 from pycli.nodes import ssh_each
@@ -53,6 +56,51 @@ def rate(device):
 devices = [torch.device("cuda", i) for i in range(torch.cuda.device_count())] or [torch.device("cpu")]
 print(json.dumps({str(d): rate(d) for d in devices}))
 """
+
+
+# Prints {"busbw_gbps": ...}: one rank of a two-rank allreduce of SIZE bytes, ITERS times after
+# one warm-up; for two ranks the bus bandwidth is the algorithm bandwidth, bytes / time.
+_PAIR_ALLREDUCE_PROBE = """
+import datetime, json, sys, time, torch, torch.distributed as dist
+rank, master, port, size, iters = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+cuda = torch.cuda.is_available()
+dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://{master}:{port}", rank=rank, world_size=2,
+                        timeout=datetime.timedelta(seconds=60))
+device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+data = torch.ones(size // 4, dtype=torch.float32, device=device)
+sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
+dist.all_reduce(data)
+sync()
+start = time.perf_counter()
+for _ in range(iters):
+    dist.all_reduce(data)
+sync()
+seconds = (time.perf_counter() - start) / iters
+dist.destroy_process_group()
+print(json.dumps({"busbw_gbps": size / seconds / 1e9, "backend": "nccl" if cuda else "gloo"}))
+"""
+PAIR_ALLREDUCE_BYTES = 16 * 2**20
+PAIR_ALLREDUCE_ITERS = 3
+PAIR_ALLREDUCE_PORT = 29431  # rank 0's rendezvous port on the second node of each pair
+
+
+def pair_allreduce_command(python: str, rank: int, master: str, port: int, interface: str | None) -> str:
+    """One rank of a pair's allreduce; the ranks talk over the inventory's NIC when it names one."""
+    nic = [f"GLOO_SOCKET_IFNAME={interface}", f"NCCL_SOCKET_IFNAME={interface}"] if interface else []
+    return shlex.join(["env", *nic, python, "-c", _PAIR_ALLREDUCE_PROBE, str(rank), master, str(port),
+                       str(PAIR_ALLREDUCE_BYTES), str(PAIR_ALLREDUCE_ITERS)])
+
+
+def parse_pair_allreduce(stdout: str) -> float:
+    """The rank's bus bandwidth in GB/s; ValueError when its last line is not the probe's."""
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    try:
+        value = json.loads(lines[-1])["busbw_gbps"]
+    except (IndexError, ValueError, KeyError, TypeError):
+        raise ValueError(f"no allreduce figure: {lines[-1][:120] if lines else 'nothing printed'}") from None
+    if not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"no allreduce figure: {lines[-1][:120]}")
+    return float(value)
 
 
 def compute_command(python: str, seconds: float) -> str:
@@ -150,11 +198,53 @@ def gate_compute(ctx: CheckContext) -> GateResult:
 class Link:
     a: str
     b: str
-    gbit_per_s: float | None
+    gbit_per_s: float | None  # TCP, iperf3 (None: not measured, `note` says why)
     note: str = ""
+    allreduce_gbps: float | None = None  # the pair's allreduce busbw in GB/s
+    allreduce_note: str = ""  # why there is no allreduce figure
 
 
-def measure_round(pairs: Sequence[tuple[Host, Host]], seconds: int) -> list[Link]:
+@dataclass(frozen=True)
+class PairProbe:
+    """How the link gate reaches the pairs' nodes: the venv's Python, the NIC, a round's port."""
+
+    python: str
+    interface: str | None
+    seconds: int
+
+
+def measure_round(pairs: Sequence[tuple[Host, Host]], probe: PairProbe, port: int) -> list[Link]:
+    """TCP, then the allreduce, over every pair of a round at once."""
+    links = measure_tcp(pairs, probe.seconds)
+    reached = {(link.a, link.b) for link in links if link.gbit_per_s is not None}
+    ranks = [(server, client) for client, server in pairs if (client.name, server.name) in reached]
+    figures = measure_allreduce(ranks, probe, port)
+    return [replace(link, allreduce_gbps=figures[(link.a, link.b)][0], allreduce_note=figures[(link.a, link.b)][1])
+            if (link.a, link.b) in figures else link for link in links]
+
+
+def measure_allreduce(pairs: Sequence[tuple[Host, Host]], probe: PairProbe, port: int
+                      ) -> dict[tuple[str, str], tuple[float | None, str]]:
+    """A two-rank allreduce on every (rank 0, rank 1) pair at once; (client, server) -> (GB/s, why not)."""
+    commands = []
+    for first, second in pairs:
+        commands += [(first, pair_allreduce_command(probe.python, 0, first.address, port, probe.interface)),
+                     (second, pair_allreduce_command(probe.python, 1, first.address, port, probe.interface))]
+    answers = ssh_each(commands, timeout_s=150)
+    figures = {}
+    for first, second in pairs:
+        try:
+            for host in (first, second):
+                if not answers[host.name].ok:
+                    raise ValueError(f"allreduce rank on {host.name}: {answers[host.name].why()}")
+            busbw = min(parse_pair_allreduce(answers[host.name].stdout) for host in (first, second))
+            figures[(second.name, first.name)] = (busbw, "")
+        except ValueError as exc:
+            figures[(second.name, first.name)] = (None, str(exc))
+    return figures
+
+
+def measure_tcp(pairs: Sequence[tuple[Host, Host]], seconds: int) -> list[Link]:
     """iperf3 over every pair of a round at once: a one-shot server on the second, the client on the first."""
     started = ssh_each([(server, tcp_server_command()) for _, server in pairs])
     links, clients, stops = [], [], []
@@ -180,105 +270,71 @@ def measure_round(pairs: Sequence[tuple[Host, Host]], seconds: int) -> list[Link
 
 
 def evaluate_links(names: Sequence[str], links: Sequence[Link], fraction: float) -> tuple[GateResult, dict[str, str]]:
-    """The links gate from every pair's figure; the suspects: nodes all of whose links are slow."""
-    broken = [link for link in links if link.gbit_per_s is None]
+    """The links gate from every pair's figures; the suspects: nodes all of whose links are slow.
+
+    A pair is slow when its TCP is below `fraction` of the other pairs' median, or its allreduce
+    is (where the allreduce was measured)."""
+    broken = [f"{l.a} <-> {l.b}: {l.note or l.allreduce_note}" for l in links if l.gbit_per_s is None or l.allreduce_note]
     if broken:
-        return failed("links", "; ".join(f"{l.a} <-> {l.b}: {l.note}" for l in broken)), {}
+        return failed("links", "; ".join(broken)), {}
     speeds = {(l.a, l.b): float(l.gbit_per_s or 0) for l in links}
-    shown = f"{len(links)} pair(s), {min(speeds.values(), default=0):.2f} to {max(speeds.values(), default=0):.2f} Gbit/s"
+    reduced = {(l.a, l.b): l.allreduce_gbps for l in links if l.allreduce_gbps is not None}
+    shown = f"{len(links)} pair(s), TCP {min(speeds.values(), default=0):.2f} to {max(speeds.values(), default=0):.2f} Gbit/s"
+    if reduced:
+        shown += f", allreduce {min(reduced.values()):.3g} to {max(reduced.values()):.3g} GB/s busbw"
     if len(names) < 3:
         return passed("links", f"{shown} (fewer than 3 nodes: no other pair to compare with)"), {}
-    ratios = ratios_to_others(speeds)
-    slow = {pair: ratio for pair, ratio in ratios.items() if ratio < fraction}
-    if not slow:
+    tcp_ratios, allreduce_ratios = ratios_to_others(speeds), ratios_to_others(reduced)
+    said = {}
+    for pair in speeds:
+        parts = []
+        if tcp_ratios[pair] < fraction:
+            parts.append(f"{tcp_ratios[pair]:.0%} of the median link")
+        if pair in allreduce_ratios and allreduce_ratios[pair] < fraction:
+            parts.append(f"allreduce {allreduce_ratios[pair]:.0%} of the median pair")
+        if parts:
+            said[pair] = ", ".join(parts)
+    if not said:
         return passed("links", f"{shown}; every pair at least {fraction:g} of the others' median"), {}
     suspects = {}
     for name in names:
         mine = [pair for pair in speeds if name in pair]
-        if mine and all(pair in slow for pair in mine):
-            suspects[name] = f"every link at most {max(slow[p] for p in mine):.0%} of the median link"
-    said = "; ".join(f"{a} <-> {b}: {ratio:.0%} of the median link" for (a, b), ratio in slow.items())
+        if mine and all(pair in said for pair in mine):
+            worst = min(min(tcp_ratios[p], allreduce_ratios.get(p, 1.0)) for p in mine)
+            suspects[name] = f"every link at most {worst:.0%} of the median link"
+    message = "; ".join(f"{a} <-> {b}: {why}" for (a, b), why in said.items())
     through = f"; every slow pair goes through {', '.join(suspects)}" if suspects else ""
-    return failed("links", f"{said}{through}; look at the cable, the port and its speed, or drain the node", shown), suspects
+    return failed("links", f"{message}{through}; look at the cable, the port and its speed, or drain the node", shown), suspects
 
 
 def gate_links(ctx: CheckContext) -> GateResult:
+    from pycli.train import layout_of
+
     hosts = {h.name: h for h in ctx.cluster.hosts}
     names = list(hosts)
     if len(names) < 2:
         return skipped("links", "one node: no link to measure")
+    probe = PairProbe(layout_of(ctx.cluster).python, ctx.cluster.settings.get(INTERFACE_VAR), ctx.options.link_seconds)
     links = []
     rounds = pair_rounds(names)
-    if ctx.cluster.nodes_share_cpus:  # iperf3 is CPU-bound: pairs sharing cores would slow each other
+    if ctx.cluster.nodes_share_cpus:  # iperf3 and Gloo are CPU-bound: pairs sharing cores would slow each other
         rounds = [[pair] for pairs in rounds for pair in pairs]
-    for pairs in rounds:
-        links += measure_round([(hosts[a], hosts[b]) for a, b in pairs], ctx.options.link_seconds)
+    for index, pairs in enumerate(rounds):
+        # A port of its own per round: the last round's rendezvous may still hold its port.
+        links += measure_round([(hosts[a], hosts[b]) for a, b in pairs], probe, PAIR_ALLREDUCE_PORT + index % 100)
     result, suspects = evaluate_links(names, links, ctx.options.link_fraction)
-    ctx.deep["links"] = [{"a": l.a, "b": l.b, "gbit_per_s": l.gbit_per_s, "note": l.note} for l in links]
+    ctx.deep["links"] = [{"a": l.a, "b": l.b, "gbit_per_s": l.gbit_per_s, "allreduce_gbps": l.allreduce_gbps,
+                          "note": l.note or l.allreduce_note} for l in links]
     ctx.suspects.update({name: why for name, why in suspects.items() if name not in ctx.suspects})
     if any(l.gbit_per_s is not None for l in links):
         plot_links(names, links, ctx.run_dir / "links.png")
+    if any(l.allreduce_gbps is not None for l in links):
+        plot_links(names, links, ctx.run_dir / "allreduce.png", allreduce=True)
     return result
-
-
-# --- pictures ---------------------------------------------------------------------------------
-
-
-def plot_links(names: Sequence[str], links: Sequence[Link], path: Path) -> None:
-    """The pair matrix as a heat map, Gbit/s written in each cell."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    index = {name: i for i, name in enumerate(names)}
-    grid = [[float("nan")] * len(names) for _ in names]
-    for link in links:
-        if link.gbit_per_s is not None:
-            grid[index[link.a]][index[link.b]] = grid[index[link.b]][index[link.a]] = link.gbit_per_s
-    size = max(4.0, 0.5 * len(names) + 2)
-    fig, ax = plt.subplots(figsize=(size + 1, size))
-    image = ax.imshow(grid, cmap="viridis")
-    ax.set_xticks(range(len(names)), names, rotation=90 if len(names) > 8 else 0)
-    ax.set_yticks(range(len(names)), names)
-    measured = [link.gbit_per_s for link in links if link.gbit_per_s is not None]
-    middle = (min(measured) + max(measured)) / 2
-    if len(names) <= 24:
-        for i, row in enumerate(grid):
-            for j, value in enumerate(row):
-                if value == value:  # not NaN; dark text on the bright (fast) cells
-                    ax.text(j, i, f"{value:.1f}", ha="center", va="center", color="black" if value > middle else "white",
-                            fontsize=8)
-    fig.colorbar(image, ax=ax, label="Gbit/s (iperf3)")
-    ax.set_title("TCP between every pair of nodes")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def plot_compute(figures: Mapping[str, float], slow: set[str], path: Path) -> None:
-    """The compute figure of every node as bars, the slow ones red, the median drawn across."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = list(figures)
-    median = statistics.median(figures.values())
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.4 * len(names) + 2), 3.5))
-    ax.bar(names, [figures[n] for n in names], color=["tab:red" if n in slow else "tab:blue" for n in names])
-    ax.axhline(median, color="gray", linestyle="--", label="median")
-    ax.set_ylabel("GFLOP/s (slowest device)")
-    ax.set_title("Compute per node")
-    ax.tick_params(axis="x", rotation=90 if len(names) > 8 else 0)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 DEEP_GATES = (
     Gate("gpu_health", "no GPU reports ECC, remapping, throttling, Xid or DCGM trouble", gate_gpu_health, stops_the_check=False),
     Gate("compute", "every node's matrix multiply is near the others' median", gate_compute, stops_the_check=False),
-    Gate("links", "every pair of nodes' TCP is near the others' median", gate_links),
+    Gate("links", "every pair of nodes' TCP and allreduce are near the others' median", gate_links),
 )

@@ -3,7 +3,8 @@ third node): a node whose CPU share is cut is named by the compute gate, a node 
 slowed by the pairs through it; `--fence` drains them and jobs leave them out until undrained.
 
 Figures are compared with each other, never with a speed: the faults are far outside the
-spread of healthy nodes (a CPU share of 0.3, a link shaped to 200 Mbit/s).
+spread of healthy nodes (a CPU share of 0.3, a link shaped to 200 Mbit/s). The gpu_health gate
+is skipped here (no GPU); tests/unit/test_gpu_health.py reads recorded real GPU output.
 """
 
 import json
@@ -100,6 +101,10 @@ def test_a_node_with_a_slowed_link_is_named_through_exactly_its_pairs(three_node
     assert code == 1 and links["status"] == "fail" and _gate(summary, "compute")["status"] == "pass", json.dumps(summary, indent=2)
     named = set(re.findall(r"(node\d <-> node\d): \d+% of the median link", links["message"]))
     assert named == {"node1 <-> node2", "node2 <-> node3"}, links["message"]
+    # The pairs' allreduce goes through the same slowed link, and says so.
+    reduced = set(re.findall(r"(node\d <-> node\d): [^;]*allreduce \d+% of the median pair", links["message"]))
+    assert reduced == named and all(link["allreduce_gbps"] > 0 for link in summary["deep"]["links"]), links["message"]
+    assert (Path(summary["run_dir"]) / "allreduce.png").stat().st_size > 0
     assert summary["deep"]["suspects"] == {"node2": summary["deep"]["suspects"]["node2"]}
     assert "fenced" not in summary  # no --fence: nothing drained
     assert run_pycli("inventory", "show", str(three_nodes)).stdout.count("drained:") == 0

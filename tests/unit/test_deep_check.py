@@ -12,9 +12,10 @@ from pycli.check import FAIL, PASS, check_options
 from pycli.check_run import drain_suspects, gates_for
 from pycli.cluster_model import load_cluster
 from pycli.deep_check import (
-    DEEP_GATES, Link, compute_command, evaluate_compute, evaluate_links, pair_rounds, parse_compute, plot_compute,
-    plot_links, ratios_to_others,
+    DEEP_GATES, Link, compute_command, evaluate_compute, evaluate_links, pair_allreduce_command, pair_rounds,
+    parse_compute, parse_pair_allreduce, ratios_to_others,
 )
+from pycli.deep_plots import plot_compute, plot_links
 from pycli.drained import with_drained
 from pycli.errors import BadInput
 
@@ -65,6 +66,37 @@ def test_the_link_gate_names_the_pairs_through_the_slow_node_and_the_node_itself
     assert broken.status == FAIL and "node1 <-> node2: iperf3 -c on node1: unable to connect" in broken.message
 
 
+def test_a_pair_slow_only_in_its_allreduce_is_named_and_a_failed_allreduce_fails_the_gate():
+    names = ["node1", "node2", "node3"]
+    links = [Link("node1", "node2", 13.0, allreduce_gbps=0.9), Link("node1", "node3", 12.5, allreduce_gbps=0.1),
+             Link("node2", "node3", 13.2, allreduce_gbps=0.8)]
+    result, suspects = evaluate_links(names, links, 0.5)
+    assert result.status == FAIL and suspects == {}  # one slow pair: no node all of whose pairs are slow
+    assert result.message.startswith("node1 <-> node3: allreduce 12% of the median pair;")
+    assert "allreduce 0.1 to 0.9 GB/s busbw" in result.figure
+    healthy, _ = evaluate_links(names, [Link(l.a, l.b, l.gbit_per_s, allreduce_gbps=0.85) for l in links], 0.5)
+    assert healthy.status == PASS
+    broken, _ = evaluate_links(names[:2], [Link("node1", "node2", 13.0, allreduce_note="allreduce rank on node2: exit 1")], 0.5)
+    assert broken.status == FAIL and broken.message == "node1 <-> node2: allreduce rank on node2: exit 1"
+
+
+def test_the_pair_allreduce_runs_here_between_two_processes_and_reads_back():
+    """Both ranks of the probe as the nodes run them (bash, this venv's torch, Gloo over loopback)."""
+    import socket
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    ranks = [subprocess.Popen(["bash", "-c", pair_allreduce_command(sys.executable, rank, "127.0.0.1", port, "lo")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    outputs = [rank.communicate(timeout=120) for rank in ranks]
+    assert [rank.returncode for rank in ranks] == [0, 0], outputs
+    assert all(parse_pair_allreduce(out) > 0.001 for out, _ in outputs)
+    for bad in ("", "RuntimeError: Connection refused", '{"busbw_gbps": 0}'):
+        with pytest.raises(ValueError):
+            parse_pair_allreduce(bad)
+
+
 def test_the_compute_probe_runs_here_and_its_output_reads_back():
     done = subprocess.run(["bash", "-c", compute_command(sys.executable, 0.2)], capture_output=True, text=True, timeout=120)
     figures = parse_compute(done.stdout)
@@ -75,9 +107,11 @@ def test_the_compute_probe_runs_here_and_its_output_reads_back():
 
 
 def test_the_pictures_are_written(tmp_path):
-    plot_links(["a", "b", "c"], [Link("a", "b", 10.0), Link("a", "c", 1.0), Link("b", "c", 9.5)], tmp_path / "links.png")
+    links = [Link("a", "b", 10.0, allreduce_gbps=0.8), Link("a", "c", 1.0, allreduce_gbps=0.1), Link("b", "c", 9.5, allreduce_gbps=0.7)]
+    plot_links(["a", "b", "c"], links, tmp_path / "links.png")
+    plot_links(["a", "b", "c"], links, tmp_path / "allreduce.png", allreduce=True)
     plot_compute({"a": 40.0, "b": 12.0}, {"b"}, tmp_path / "compute.png")
-    for name in ("links.png", "compute.png"):
+    for name in ("links.png", "allreduce.png", "compute.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
