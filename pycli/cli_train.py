@@ -42,6 +42,11 @@ def train_cmd(
         "from the last epoch; torchrun's (ddp) agents start the ranks again on the nodes left, up to --max-restarts "
         "(default 3) times.",
     ),
+    threads_per_rank: int | None = typer.Option(
+        None, "--threads-per-rank", metavar="N",
+        help="CPU threads of each rank (OMP_NUM_THREADS). Default: each node's cores shared out between its ranks "
+        "(between all ranks when the nodes share one machine, pycli_nodes_share_cpus).",
+    ),
     docker: str | None = typer.Option(
         None, "--docker", metavar="IMAGE",
         help="Run every rank inside a container of IMAGE on its node (--gpus all --ipc=host, host network); "
@@ -83,5 +88,6 @@ def train_cmd(
         np=np, workload=workload or "mnist", launcher=launcher, controller=controller, script_args=tuple(script_args or ()),
         network_interface=network_interface, data_dir=data_dir, resume=resume, container=container,
         time_limit_s=timeout, max_restarts=max_restarts, min_np=min_np, elastic=elastic,
+        threads_per_rank=threads_per_rank,
     )
     raise typer.Exit(run_job(cluster, request).code)

@@ -41,7 +41,9 @@ SSH_ARGS_VARS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")
 INTERFACE_VAR = "pycli_network_interface"
 # Nodes that share one machine's cores (local clusters): measurements run one node at a time.
 SHARED_CPUS_VAR = "pycli_nodes_share_cpus"
-SETTINGS_VARS = ("common_venv_path", "common_work_dir", INTERFACE_VAR, SHARED_CPUS_VAR)
+# How many job folders (and staged files) a node keeps (pycli.job_files).
+JOBS_KEPT_VAR = "pycli_jobs_kept"
+SETTINGS_VARS = ("common_venv_path", "common_work_dir", INTERFACE_VAR, SHARED_CPUS_VAR, JOBS_KEPT_VAR)
 # Every variable pycli reads; Ansible templates them ("{{ ... }}") before pycli sees them.
 READ_VARS = (*ADDRESS_VARS, *PORT_VARS, *USER_VARS, SLOTS_VAR, *KEY_VARS, *SSH_ARGS_VARS, *SETTINGS_VARS)
 

@@ -7,7 +7,6 @@ the job's container). Pure: nothing here touches a node.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shlex
 from collections.abc import Sequence
@@ -31,6 +30,8 @@ ALLREDUCE_SCRIPT = WORKLOADS_DIR / "allreduce.py"  # the allreduce of check's ga
 # torchrun's rendezvous port when none was picked on the first node (plans shown, not run):
 # a job that runs asks its first node for a free port while it is staged.
 TORCHRUN_PORT = 29400
+# The threads of each rank: torch, OpenMP and MKL read it; torchrun keeps a value it is given.
+THREADS_VAR = "OMP_NUM_THREADS"
 # torchrun --elastic: the ranks keep their own store, not the agents' rendezvous store, whose
 # keys outlive a restart (torch 2.5 and later): a restarted rank would read the address an
 # earlier rank 0 had and fail to connect (pytorch/pytorch#135712).
@@ -50,6 +51,11 @@ class NodeLayout:
 
     def tool(self, name: str) -> str:
         return str(self.venv / "bin" / name)
+
+    @property
+    def store(self) -> PurePosixPath:
+        """Staged files by the digest of their content (pycli.job_files): data is read from here."""
+        return self.work_dir / "files"
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,11 @@ class JobPlan:
     resume_on_node: PurePosixPath | None = None  # a restart (--max-restarts): the checkpoint already on the nodes
     elastic_min_np: int | None = None  # --elastic: the launcher's elastic mode, going on with at least this many ranks
     elastic_restarts: int = 0  # --elastic under torchrun: how often its agents start the ranks again (--max-restarts)
+    data_digest: str | None = None  # the data's name in the nodes' store (pycli.job_files.content_digest)
+    jobs_kept: int = 20  # pycli_jobs_kept: job folders (and store entries) a node keeps; 0: all
+    threads_per_rank: int | None = None  # --threads-per-rank; None: the node's cores shared out (rank_threads)
+    nodes_share_cpus: bool = False  # the inventory's pycli_nodes_share_cpus: every rank of the job shares one machine
+    node_cpus: tuple[tuple[str, int], ...] = ()  # (host, its cores) as staging counted them; () before staging
 
     @property
     def job_dir(self) -> PurePosixPath:
@@ -109,10 +120,26 @@ class JobPlan:
         return self.job_dir / "discover-hosts.sh"
 
 
-def remote_data_dir(layout: NodeLayout, data_dir: Path) -> PurePosixPath:
-    """Data is staged once per content name, outside the job, so later jobs reuse it."""
-    digest = hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:8]
-    return layout.work_dir / "data" / f"{data_dir.name}-{digest}"
+def remote_data_dir(plan: JobPlan) -> PurePosixPath:
+    """Data is staged once per content, outside the job, so later jobs read the same copy."""
+    assert plan.data_digest, "plan_job names the data by its digest"
+    return plan.layout.store / plan.data_digest
+
+
+def rank_threads(plan: JobPlan, hosts: Sequence[Host] | None = None) -> int | None:
+    """CPU threads for each rank on `hosts` (default: all of the job's), set as OMP_NUM_THREADS.
+
+    --threads-per-rank when given; else each node's cores shared out between the ranks it runs
+    (every rank of the job when the nodes share one machine's cores), the fewest of `hosts`
+    (one launcher line may start the ranks of several nodes); None before staging counted the cores."""
+    if plan.threads_per_rank:
+        return plan.threads_per_rank
+    if not plan.node_cpus:
+        return None
+    cpus = dict(plan.node_cpus)
+    shares = [cpus[host.name] // (plan.np if plan.nodes_share_cpus else host.slots)
+              for host in hosts or plan.hosts if cpus.get(host.name)]
+    return max(1, min(shares)) if shares else None
 
 
 def checkpoint_path(plan: JobPlan) -> PurePosixPath:
@@ -137,7 +164,7 @@ def workload_args(plan: JobPlan) -> list[str]:
         if plan.launcher == "torchrun":
             args += ["--comm", "ddp"]
     if plan.data_dir is not None:
-        args += ["--data-dir", str(remote_data_dir(plan.layout, plan.data_dir))]
+        args += ["--data-dir", str(remote_data_dir(plan))]
     return args + list(plan.script_args)
 
 
@@ -227,6 +254,8 @@ def job_mpirun_argv(plan: JobPlan, user: str) -> list[str]:
     """The job under mpirun: Horovod with its MPI controller, the ranks started by Open MPI."""
     launch = mpirun_argv("mpirun", plan.hosts, np=plan.np, user=user, ssh_ports=plan.ssh_ports,
                          network_interface=plan.network_interface)
+    if rank_threads(plan) is not None:
+        launch += ["-x", THREADS_VAR]  # remote_shell sets it in mpirun's own environment
     return launch + _program(plan)
 
 
@@ -257,11 +286,15 @@ def torchrun_argv(plan: JobPlan, node_rank: int) -> list[str]:
     return [*argv, "--rdzv-id", plan.job_id, str(plan.remote_script), *workload_args(plan)]
 
 
-def remote_shell(plan: JobPlan, argv: Sequence[str]) -> str:
-    """The shell line run on a node: the job's folder, the shared venv first on PATH.
+def remote_shell(plan: JobPlan, argv: Sequence[str], hosts: Sequence[Host] | None = None) -> str:
+    """The shell line run on a node: the job's folder, the shared venv first on PATH, the
+    threads of the ranks it starts on `hosts` (horovodrun and mpirun pass the environment on
+    to every rank).
 
     With --docker, the same command inside the node's job container, on the image's PATH."""
     env = ["PYTHONUNBUFFERED=1"]
+    if (threads := rank_threads(plan, hosts)) is not None:
+        env.append(f"{THREADS_VAR}={threads}")
     if plan.restarts_by_agents:
         env += TORCHRUN_ELASTIC_ENV
     if plan.network_interface:
@@ -303,7 +336,7 @@ def stray_sweep_line(job_dir: PurePosixPath) -> str:
 def launch_commands(plan: JobPlan) -> list[tuple[Host, str]]:
     """(host, shell line) for every process pycli starts over SSH: one launcher, or one per node."""
     if plan.launcher == "torchrun":
-        return [(host, remote_shell(plan, torchrun_argv(plan, i))) for i, host in enumerate(plan.hosts)]
+        return [(host, remote_shell(plan, torchrun_argv(plan, i), [host])) for i, host in enumerate(plan.hosts)]
     if plan.launcher == "mpirun":
         user = "root" if plan.container else plan.rank0.login_user  # job containers run as root
         return [(plan.rank0, remote_shell(plan, job_mpirun_argv(plan, user)))]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pycli import runner
 from pycli.cluster_model import Cluster, Host
+from pycli.paths import ssh_control_dir
 
 SSH_TIMEOUT_S = 10
 # OpenSSH exits 255 on its own errors: the connection failed, keepalives went unanswered, or
@@ -25,6 +26,8 @@ SSH_FAILED = 255
 # A job's SSH sessions ask every 15 s whether the node still answers, and give up after 4 misses.
 KEEPALIVE_S = 15
 KEEPALIVE_MISSES = 4
+# A shared connection (ssh_argv's `shared`) stays open this long after its last command.
+SHARED_PERSIST_S = 60
 
 
 @dataclass(frozen=True)
@@ -88,15 +91,22 @@ def run_on_nodes(
     return {host: answers.get(host, NodeOutput(host, None, message="Ansible reported nothing for it")) for host in hosts}
 
 
-def ssh_argv(host: Host, command: str) -> list[str]:
+def ssh_argv(host: Host, command: str, *, tty: bool = True, shared: bool = False) -> list[str]:
     """OpenSSH with the host's inventory settings; host keys checked as Ansible checks them.
 
     The user is -l's value and the host follows "--": neither can be read as an option. A host
-    that stops answering ends the session (ssh exits 255) after KEEPALIVE_S x KEEPALIVE_MISSES."""
+    that stops answering ends the session (ssh exits 255) after KEEPALIVE_S x KEEPALIVE_MISSES.
+    `tty`: a pseudo-terminal (a job's Ctrl-C; output comes back with CRLF, stderr merged);
+    without one, stdin and stdout carry bytes (a tar stream). `shared`: one connection per
+    node that later commands reuse while it is kept open (`ControlMaster`), for the short
+    commands around a job; a login that must be new (`ssh_probe`) never shares."""
     # ssh keeps the first value it reads: host-key checking before the inventory's options, the
     # timeouts after them (an inventory may set its own).
-    return ["ssh", "-tt", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "LogLevel=ERROR",
-            "-p", str(host.port), *host.ssh_options,
+    argv = ["ssh", "-tt" if tty else "-T", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "LogLevel=ERROR"]
+    if shared:
+        argv += ["-o", "ControlMaster=auto", "-o", f"ControlPath={ssh_control_dir() / '%C'}",
+                 "-o", f"ControlPersist={SHARED_PERSIST_S}"]
+    return [*argv, "-p", str(host.port), *host.ssh_options,
             "-o", f"ConnectTimeout={SSH_TIMEOUT_S}", "-o", f"ServerAliveInterval={KEEPALIVE_S}",
             "-o", f"ServerAliveCountMax={KEEPALIVE_MISSES}",
             "-l", host.login_user, "--", host.address, command]
@@ -111,11 +121,14 @@ def ssh_probe(hosts: Sequence[Host], command: str = "true") -> dict[str, NodeOut
     return ssh_each([(host, command) for host in hosts])
 
 
-def ssh_each(commands: Sequence[tuple[Host, str]], timeout_s: float = 3 * SSH_TIMEOUT_S) -> dict[str, NodeOutput]:
-    """Each host's own command, all at once over OpenSSH (a new login each); what each answered."""
+def ssh_each(commands: Sequence[tuple[Host, str]], timeout_s: float = 3 * SSH_TIMEOUT_S, *,
+             shared: bool = False) -> dict[str, NodeOutput]:
+    """Each host's own command, all at once over OpenSSH (a new login each unless `shared`); what each answered.
+
+    Shared connections run without a pseudo-terminal: stdout and stderr come back apart."""
     started = {}
     for host, command in commands:
-        argv = ssh_argv(host, command)
+        argv = ssh_argv(host, command, tty=not shared, shared=shared)
         started[host.name] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                               stderr=subprocess.PIPE, text=True)
     answers = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from datetime import datetime
 from pathlib import Path
 
@@ -28,6 +29,16 @@ def cache_dir() -> Path:
 def state_dir() -> Path:
     """Per-cluster secrets and host keys that must outlive a run ($PYCLI_STATE)."""
     return Path(os.environ.get("PYCLI_STATE") or Path.home() / ".local" / "state" / "pycli")
+
+
+def ssh_control_dir() -> Path:
+    """The sockets of pycli's shared SSH connections (pycli.nodes): a short path, as a socket's
+    path may hold at most 107 bytes, private to this user."""
+    path = Path(tempfile.gettempdir()) / f"pycli-ssh-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    if path.is_symlink() or path.stat().st_uid != os.getuid() or path.stat().st_mode & 0o077:
+        raise PycliError(f"{path} must be a folder of this user's that nobody else can read (it holds SSH sockets)")
+    return path
 
 
 def runs_dir() -> Path:

@@ -19,11 +19,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 
-from pycli import containers, runner
-from pycli.cluster_model import INTERFACE_VAR, Cluster, interface_problem
+from pycli import containers, job_files, runner
+from pycli.cluster_model import INTERFACE_VAR, JOBS_KEPT_VAR, Cluster, interface_problem
 from pycli.containers import JobContainer
 from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, BadInput, PycliError, Unreachable, warn
 from pycli.hostfiles import fill_slots, render_hostfile
+from pycli.job_files import content_digest, jobs_kept
 from pycli.job_processes import run_processes
 from pycli.launch_lines import (
     HOROVOD_CONTROLLERS,
@@ -34,14 +35,11 @@ from pycli.launch_lines import (
     NodeLayout,
     job_process_pattern,
     launch_commands,
-    remote_data_dir,
     stray_sweep_line,
 )
 from pycli.paths import PROJECT_ROOT, cache_dir, new_run_dir
 from pycli.restarts import plan_restart
 
-STAGE_PLAYBOOK = PROJECT_ROOT / "playbooks" / "stage.yml"
-COLLECT_PLAYBOOK = PROJECT_ROOT / "playbooks" / "collect.yml"
 CONTAINER_PLAYBOOK = PROJECT_ROOT / "playbooks" / "job_container.yml"
 
 # Built-in workloads: script, the launchers that can start it, whether it reads IDX data.
@@ -77,6 +75,7 @@ class JobRequest:
     max_restarts: int = 0  # --max-restarts: start a failed job again this often (pycli/restarts.py)
     min_np: int | None = None  # --min-np: a restart or an elastic job may go on with this few ranks; None: all --np
     elastic: bool = False  # --elastic: the launcher's elastic mode (horovodrun or torchrun) goes on when ranks are lost
+    threads_per_rank: int | None = None  # --threads-per-rank; None: each node's cores shared out between its ranks
 
 
 def new_job_id(now: datetime | None = None) -> str:
@@ -129,6 +128,8 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
         raise BadInput(f"--min-np {request.min_np}: give a number of ranks from 1 to --np {np}")
     if request.max_restarts and request.container is not None:
         raise BadInput("--max-restarts does not work with --docker yet: restart the job with --resume")
+    if request.threads_per_rank is not None and request.threads_per_rank < 1:
+        raise BadInput(f"--threads-per-rank {request.threads_per_rank}: give the CPU threads of each rank, 1 or more")
     if resume is not None and not resume.is_file():
         raise BadInput(f"--resume {resume} does not exist")
     if resume is not None and workload not in ("mnist", "ddp"):
@@ -154,6 +155,10 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
         data_dir=data_dir if needs_data else None, resume=resume, container=request.container,
         elastic_min_np=(request.min_np or np) if request.elastic else None,
         elastic_restarts=(request.max_restarts or DEFAULT_ELASTIC_RESTARTS) if request.elastic else 0,
+        data_digest=content_digest(data_dir) if needs_data and data_dir is not None else None,
+        jobs_kept=jobs_kept(cluster.settings.get(JOBS_KEPT_VAR)),
+        threads_per_rank=request.threads_per_rank,
+        nodes_share_cpus=cluster.nodes_share_cpus,
     )
 
 
@@ -172,73 +177,14 @@ def _run_playbook(inventory: Path, playbook: Path, run_dir: Path, extravars: dic
         raise PycliError(f"{what} failed: {detail or result.status}; see {run_dir}")
 
 
-def stage_items(plan: JobPlan, container_files: Path | None = None, discovery: Path | None = None) -> list[dict[str, str]]:
-    """What stage.yml copies: {src on the controller, dest on every node}; a '/' copies contents."""
-    # Absolute sources: Ansible would look for a relative one beside the playbook.
-    items = [{"src": f"{plan.script.parent}/" if plan.script.parent == WORKLOADS_DIR else str(plan.script.resolve()),
-              "dest": str(plan.job_dir / "workloads") + "/"}]
-    if plan.data_dir is not None:
-        items.append({"src": f"{plan.data_dir.resolve()}/", "dest": f"{remote_data_dir(plan.layout, plan.data_dir)}/"})
-    if plan.resume is not None:
-        items.append({"src": str(plan.resume.resolve()), "dest": str(plan.job_dir / "resume.pt")})
-    if container_files is not None:
-        items.append({"src": f"{container_files.resolve()}/", "dest": str(plan.job_dir / "container") + "/"})
-    if discovery is not None:
-        items.append({"src": str(discovery.resolve()), "dest": str(plan.discovery_script)})
-    return items
-
-
-RENDEZVOUS_PORT_TASK = "Find a free port for the rendezvous on the first node"  # in stage.yml
-RETENTION_TASK = "Remove the oldest job folders"  # in stage.yml: keeps the newest pycli_jobs_kept
-
-
-def stage(plan: JobPlan, inventory: Path, run_dir: Path, container_files: Path | None = None) -> JobPlan:
-    """Copy the workload (and data, checkpoint, container files) to the same paths on every node of the job.
-
-    Returns the plan completed with what staging found: torchrun's rendezvous port."""
+def stage(plan: JobPlan, run_dir: Path, container_files: Path | None = None) -> JobPlan:
+    """The job's files on every node of it (pycli.job_files); --elastic jobs get their host discovery script too."""
     discovery = None
     if plan.elastic_min_np is not None:
         discovery = run_dir / plan.discovery_script.name
         discovery.write_text(host_discovery_script(plan))
         discovery.chmod(0o755)  # staged with its mode
-    items = stage_items(plan, container_files, discovery)
-    extravars: dict[str, object] = {"pycli_job_dir": str(plan.job_dir), "pycli_stage_items": items}
-    ports: list[int] = []
-    if plan.launcher == "torchrun":
-        extravars["pycli_rendezvous_host"] = plan.rank0.name
-
-    kept_back: dict[str, str] = {}
-
-    def on_event(event) -> None:
-        data = event.get("event_data") or {}
-        if event.get("event") != "runner_on_ok":
-            return
-        res = data.get("res") or {}
-        if data.get("task") == RENDEZVOUS_PORT_TASK:
-            said = str(res.get("stdout", "")).strip()
-            if said.isdigit():
-                ports.append(int(said))
-        elif data.get("task") == RETENTION_TASK and str(res.get("stderr", "")).strip():
-            kept_back[str(data.get("host"))] = str(res["stderr"]).strip().splitlines()[-1]
-
-    _run_playbook(inventory, STAGE_PLAYBOOK, run_dir / "stage", extravars,
-                  ",".join(h.name for h in plan.hosts), "staging the job", on_event)
-    for host, why in sorted(kept_back.items()):
-        warn(f"{host} keeps old job folders it cannot remove (pycli_jobs_kept): {why}")
-    if plan.launcher == "torchrun":
-        if not ports:
-            raise PycliError(f"staging the job: {plan.rank0.name} named no free port for torchrun; see {run_dir / 'stage'}")
-        plan = replace(plan, rendezvous_port=ports[0])
-    return plan
-
-
-def collect(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
-    """Fetch rank 0's metrics and checkpoints into run_dir/results."""
-    _run_playbook(
-        inventory, COLLECT_PLAYBOOK, run_dir / "collect",
-        {"pycli_job_dir": str(plan.job_dir), "pycli_results_dir": str(run_dir / "results")},
-        plan.rank0.name, "fetching the results",
-    )
+    return job_files.stage(plan, run_dir, container_files, discovery)
 
 
 def start_containers(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
@@ -264,28 +210,6 @@ def remove_containers(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
         hosts = sorted(set(result.unreachable) | {h for h, r in result.hosts.items() if r.failed})
         warn(f"the job's containers or keys may be left on {', '.join(hosts) or 'its nodes'}: "
              f"removing them failed; see {run_dir / 'containers-removed'}")
-
-
-def stop_strays(plan: JobPlan, inventory: Path, run_dir: Path) -> dict[str, str]:
-    """After the job, no process of it may be left on any node (their command lines name the job).
-
-    Returns what is left, by host: the survivors' `pid command` lines, or why the host could not be swept."""
-    left: dict[str, str] = {}
-
-    def on_event(event) -> None:
-        data = event.get("event_data") or {}
-        res = data.get("res") or {}
-        if event.get("event") == "runner_on_failed" and isinstance(res, dict):
-            left[str(data.get("host"))] = str(res.get("stderr") or res.get("msg") or "").strip()
-
-    request = runner.RunRequest(
-        inventory=inventory, pattern=",".join(h.name for h in plan.hosts), module="ansible.builtin.shell",
-        module_args=stray_sweep_line(plan.job_dir),
-    )
-    result = runner.run(request, run_dir / "cleanup", on_event=on_event)
-    for host in result.unreachable:
-        left[host] = "unreachable, not checked"
-    return left
 
 
 def strays_line(left: dict[str, str]) -> str:
@@ -380,7 +304,7 @@ def run_job(
         container_files = run_dir / "container"
         containers.write_container_files(container_files, plan.hosts, container, plan.job_id)
     try:
-        plan = stage(plan, inventory, run_dir, container_files)
+        plan = stage(plan, run_dir, container_files)
     except BaseException:
         if container is not None:
             remove_containers(plan, inventory, run_dir)  # the job's keys may be on some nodes already
@@ -408,7 +332,7 @@ def run_job(
             if isinstance(after, str):
                 write(f"pycli: no restart: {after}")
                 break
-            stop_strays(replace(plan, hosts=after.answering), inventory, run_dir)  # what the failed attempt left
+            job_files.stop_strays(replace(plan, hosts=after.answering))  # what the failed attempt left
             write(after.line(number, request.max_restarts, ended.why))
             plan = after.plan
             left_s = None if request.time_limit_s is None else max(1.0, request.time_limit_s - (time.monotonic() - started))
@@ -417,7 +341,7 @@ def run_job(
     finally:
         if container is not None:
             remove_containers(plan, inventory, run_dir)
-        left = stop_strays(plan, inventory, run_dir)
+        left = job_files.stop_strays(plan)
     took = time.monotonic() - started
     results = run_dir / "results"
     if code == EXIT_INTERRUPTED:
@@ -425,7 +349,7 @@ def run_job(
         return TrainOutcome(code, run_dir, results, (), plan)
     if left:
         write(f"pycli: {strays_line(left)}")
-    collect(plan, inventory, run_dir)
+    job_files.collect(plan, results)
     records = tuple(read_metrics(results))
     summary = summary_line(records)
     if code == 0:

@@ -10,7 +10,7 @@ import pytest
 from pycli.containers import JobContainer
 from pycli.errors import BadInput
 from pycli.launch_lines import elastic_min_nodes, host_discovery_script, launch_commands, torchrun_argv, workload_args
-from pycli.train import stage_items
+from pycli.job_files import stage_items
 from tests.unit.test_train_plan import cluster, only_line, plan
 
 
@@ -28,8 +28,9 @@ def test_elastic_horovodrun_finds_its_hosts_by_the_script_and_the_workload_goes_
 def test_the_discovery_script_is_staged_beside_the_job(tmp_path):
     job = plan(np=4, elastic=True, min_np=1)
     script = tmp_path / "discover-hosts.sh"
-    items = stage_items(job, None, script)
-    assert items[-1] == {"src": str(script.resolve()), "dest": "/srv/pycli/jobs/j1/discover-hosts.sh"}
+    script.write_text("#!/bin/bash\n")
+    item = stage_items(job, None, script)[-1]
+    assert (item.src, item.how, str(item.dest)) == (script.resolve(), "direct", "/srv/pycli/jobs/j1/discover-hosts.sh")
 
 
 def _fake_ssh(folder: Path, answering: set[str]) -> dict[str, str]:

@@ -13,13 +13,16 @@ from pycli.errors import BadInput
 from pycli.launch_lines import NodeLayout, launch_commands
 from pycli.train import JobRequest, plan_job
 
+# A small folder of files standing in for a dataset (plan_job names data by its content).
+DATA = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
+
 HOSTS = (Host(name="n1", address="10.9.0.1", user="train", slots=2), Host(name="n2", address="10.9.0.2", user="train", slots=2))
 
 
 def job(launcher=None, workload="mnist", options=(), port=containers.DEFAULT_JOB_SSH_PORT, **kw):
     container = containers.parse_job_container("horovod/horovod:0.28.1", port, options, HOSTS)
     request = JobRequest(np=4, workload=workload, launcher=launcher, controller=kw.pop("controller", "gloo"),
-                         data_dir=Path("/tmp"), container=container, **kw)
+                         data_dir=DATA, container=container, **kw)
     return plan_job(Cluster(hosts=HOSTS, launcher="n1"), request, layout=NodeLayout(), job_id="j1")
 
 

@@ -1,11 +1,15 @@
-"""Job folders on the nodes: staging a job keeps the newest `pycli_jobs_kept` of them, and a
---docker job's container files (its private keys) go when the job ends.
+"""Job folders on the nodes: staging (node_files/stage-job.sh, driven by pycli.job_files)
+sends a node only what its store lacks and keeps the newest `pycli_jobs_kept` job folders;
+a --docker job's container files (its private keys) go when the job ends.
 
-The playbooks' own tasks run here through Ansible on temporary folders, as a node runs them."""
+The stage script runs here with bash on temporary folders, as a node runs it; `stage` and
+`collect` run end to end through an `ssh` that runs its command on this machine."""
 
+import io
+import os
 import subprocess
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
@@ -13,7 +17,7 @@ import yaml
 from tests.conftest import run_tasks_locally
 
 ROOT = Path(__file__).resolve().parents[2]
-RETENTION_TASK = "Remove the oldest job folders"
+SCRIPT = ROOT / "pycli" / "node_files" / "stage-job.sh"
 
 
 def playbook_task(playbook: str, name: str) -> dict:
@@ -39,50 +43,227 @@ def jobs(tmp_path) -> Path:
     return folder
 
 
-def stage_retention(jobs: Path, current: str, tmp_path: Path, **extravars) -> dict:
-    (current_dir := jobs / current).mkdir(exist_ok=True)
-    (result,) = run_tasks_locally([playbook_task("stage.yml", RETENTION_TASK)],
-                                  {"pycli_job_dir": str(current_dir), **extravars}, tmp_path)
-    return result
+def stage_script(mode: str, job_dir: Path, keep="20", *items: str, port="0", stdin: bytes = b"") -> subprocess.CompletedProcess:
+    store = job_dir.parent.parent / "files"
+    return subprocess.run(["bash", str(SCRIPT), mode, str(job_dir), str(store), str(keep), port, *items],
+                          input=stdin, capture_output=True)
 
 
-def test_staging_keeps_the_newest_job_folders_and_this_job(jobs, tmp_path):
+def lines(done: subprocess.CompletedProcess, word: str) -> list[str]:
+    return [line.split(" ", 1)[1] for line in done.stdout.decode().splitlines() if line.startswith(word + " ")]
+
+
+def test_staging_keeps_the_newest_job_folders_and_this_job(jobs):
     current = "20261124-200000-7"
-    result = stage_retention(jobs, current, tmp_path, pycli_jobs_kept=20)
-    assert not result.get("failed"), result
+    done = stage_script("check", jobs / current, 20)
+    assert done.returncode == 0, done.stderr
     ids = job_ids(25)
     kept = sorted(p.name for p in jobs.iterdir())
     # 20 in all: this job and the 19 newest before it; "-99" is older than "-124" of the same second.
     by_age = sorted(ids, key=lambda j: (j.rsplit("-", 1)[0], int(j.rsplit("-", 1)[1])))
     assert kept == sorted([*by_age[-19:], current, "notes"])
-    assert result["changed"] and sorted(result["stdout_lines"]) == sorted(by_age[:-19])
-    again = stage_retention(jobs, current, tmp_path, pycli_jobs_kept=20)
-    assert not again["changed"] and sorted(p.name for p in jobs.iterdir()) == kept
+    assert sorted(lines(done, "removed")) == sorted(by_age[:-19])
+    again = stage_script("check", jobs / current, 20)
+    assert lines(again, "removed") == [] and sorted(p.name for p in jobs.iterdir()) == kept
+    assert lines(again, "cpus") == [subprocess.check_output(["nproc"]).decode().strip()]
 
 
-def test_the_default_keeps_twenty_and_zero_keeps_all(jobs, tmp_path):
-    stage_retention(jobs, "20261124-200000-7", tmp_path, pycli_jobs_kept=0)
+def test_zero_keeps_all(jobs):
+    stage_script("check", jobs / "20261124-200000-7", 0)
     assert len(list(jobs.iterdir())) == 26 + 2  # with "notes" and this job
-    result = stage_retention(jobs, "20261124-200000-7", tmp_path)
-    assert result["changed"] and len([p for p in jobs.iterdir() if p.name != "notes"]) == 20
 
 
-def test_a_job_folder_a_running_process_names_is_kept(jobs, tmp_path):
+def test_a_job_folder_a_running_process_names_is_kept(jobs):
     oldest = job_ids(25)[0]
     running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(jobs / oldest / "workloads" / "x.py")])
     try:
-        stage_retention(jobs, "20261124-200000-7", tmp_path, pycli_jobs_kept=5)
+        stage_script("check", jobs / "20261124-200000-7", 5)
         assert (jobs / oldest).is_dir() and len([p for p in jobs.iterdir() if p.name != "notes"]) == 6
     finally:
         running.kill()
         running.wait()
 
 
-@pytest.mark.parametrize("kept", ["many", "-1", "2.5"])
-def test_a_count_that_is_no_whole_number_fails_staging_with_its_name(jobs, tmp_path, kept):
-    result = stage_retention(jobs, "20261124-200000-7", tmp_path, pycli_jobs_kept=kept)
-    assert result["failed"] and "pycli_jobs_kept" in result["stderr"]
-    assert len(list(jobs.iterdir())) == 26 + 2
+@pytest.mark.parametrize("kept", ["many", "-1", "2.5", ""])
+def test_a_count_that_is_no_whole_number_changes_nothing_and_names_the_variable(jobs, kept):
+    from pycli.errors import BadInput
+    from pycli.job_files import jobs_kept
+
+    done = stage_script("check", jobs / "20261124-200000-7", kept)
+    assert done.returncode == 2 and b"pycli_jobs_kept" in done.stderr
+    assert len(list(jobs.iterdir())) == 26 + 1
+    if kept:  # pycli says so before any node is asked; unset is the default, 20
+        with pytest.raises(BadInput, match="pycli_jobs_kept"):
+            jobs_kept(kept)
+    assert jobs_kept(None) == jobs_kept("") == 20 and jobs_kept(" 3 ") == 3
+
+
+# --- the store: what a node holds is not sent again ---------------------------------------------
+
+
+def items_for(tmp_path: Path, job_dir: Path):
+    from pycli.job_files import StageItem, content_digest
+
+    workloads = tmp_path / "controller" / "workloads"
+    (workloads / "__pycache__").mkdir(parents=True, exist_ok=True)
+    if not (workloads / "train.py").exists():
+        (workloads / "train.py").write_text("print('hi')\n")
+    (workloads / "__pycache__" / "train.cpython-311.pyc").write_bytes(b"cache")
+    (data := tmp_path / "controller" / "data").mkdir(exist_ok=True)
+    (data / "images.idx").write_bytes(b"\0" * 1000)
+    resume = tmp_path / "controller" / "last.pt"
+    resume.write_bytes(b"weights")
+    keys = tmp_path / "controller" / "container"
+    keys.mkdir(exist_ok=True)
+    (keys / "id_ed25519").write_text("PRIVATE")
+    (keys / "id_ed25519").chmod(0o600)
+    job = PurePosixPath(job_dir)
+    return [StageItem(workloads, "tree", job / "workloads", content_digest(workloads)),
+            StageItem(data, "data", None, content_digest(data)),
+            StageItem(resume, "file", job / "resume.pt", content_digest(resume)),
+            StageItem(keys, "direct", job / "container", "d" * 32)]
+
+
+def tar_of(items) -> bytes:
+    from pycli.job_files import write_tar
+
+    out = io.BytesIO()
+    write_tar(items, out)
+    return out.getvalue()
+
+
+def test_a_node_is_sent_what_its_store_lacks_once_and_later_jobs_link_it(tmp_path):
+    work = tmp_path / "srv"
+    first = work / "jobs" / "20261124-200000-7"
+    items = items_for(tmp_path, first)
+    words = [i.word for i in items]
+    asked = stage_script("check", first, 20, *words)
+    assert asked.returncode == 0, asked.stderr
+    assert sorted(lines(asked, "need")) == sorted(i.digest for i in items)
+    got = stage_script("receive", first, 20, *words, stdin=tar_of(items))
+    assert got.returncode == 0, got.stderr
+    assert (first / "workloads" / "train.py").read_text() == "print('hi')\n"
+    assert not (first / "workloads" / "__pycache__").exists()  # byte-code is the node's own
+    assert (first / "resume.pt").read_bytes() == b"weights"
+    assert (work / "files" / items[1].digest / "images.idx").stat().st_size == 1000  # data is read in place
+    assert (first / "container" / "id_ed25519").read_text() == "PRIVATE"
+    assert (first / "container" / "id_ed25519").stat().st_mode & 0o777 == 0o600
+    assert not list((work / "files").glob("d" * 32)) and not list((work / "files").glob(".incoming-*"))
+
+    # The next job with the same files: only its own private keys are needed, the rest is linked.
+    second = work / "jobs" / "20261124-200100-8"
+    items = items_for(tmp_path, second)
+    asked = stage_script("check", second, 20, *(i.word for i in items))
+    assert lines(asked, "need") == ["d" * 32]
+    assert (second / "workloads" / "train.py").stat().st_ino == (first / "workloads" / "train.py").stat().st_ino
+    # A changed workload has a new name, and only it is sent.
+    (tmp_path / "controller" / "workloads" / "train.py").write_text("print('changed')\n")
+    changed = items_for(tmp_path, second)
+    asked = stage_script("check", second, 20, *(i.word for i in changed))
+    assert sorted(lines(asked, "need")) == sorted([changed[0].digest, "d" * 32])
+
+
+def test_the_store_keeps_the_newest_entries_and_those_in_use(tmp_path):
+    store = tmp_path / "srv" / "files"
+    names = [f"{i:032x}" for i in range(6)]
+    for age, name in enumerate(names):
+        (store / name).mkdir(parents=True)
+        os.utime(store / name, (1_000_000 + age, 1_000_000 + age))
+    reading = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--data-dir", str(store / names[0])])
+    try:
+        done = stage_script("check", tmp_path / "srv" / "jobs" / "20261124-200000-7", 2, f"{names[1]}:data:")
+        assert done.returncode == 0, done.stderr
+    finally:
+        reading.kill()
+        reading.wait()
+    # Kept: the newest two (this job's entry, touched now, and names[5]), and the one a job reads.
+    assert sorted(p.name for p in store.iterdir()) == sorted([names[0], names[1], names[5]])
+
+
+# --- end to end through pycli.job_files, an `ssh` that runs its command here --------------------
+
+
+@pytest.fixture
+def local_ssh(tmp_path, monkeypatch):
+    """`ssh` that runs its last argument with bash on this machine: the transport only is stood in for."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text('#!/bin/bash\necho "${@: -2:1}" >> "$(dirname "$0")/calls"\nexec bash -c "${@: -1}"\n')
+    (bin_dir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return bin_dir / "calls"
+
+
+def _cluster(tmp_path):
+    from pycli.cluster_model import Cluster, Host
+
+    hosts = (Host("n1", "10.9.0.1", user="root", slots=2), Host("n2", "10.9.0.2", user="root", slots=2))
+    return Cluster(hosts=hosts, launcher="n1", inventory=tmp_path / "inventory.ini")
+
+
+def _plan(tmp_path, **kw):
+    from pycli import train
+    from pycli.launch_lines import NodeLayout
+
+    layout = NodeLayout(work_dir=PurePosixPath(tmp_path / "srv"))
+    request = train.JobRequest(np=4, workload=kw.pop("workload", "synthetic"), **kw)
+    return train.plan_job(_cluster(tmp_path), request, layout=layout, job_id="20261124-200000-7")
+
+
+def test_stage_then_collect_over_ssh(tmp_path, local_ssh):
+    from pycli import job_files
+    from pycli.launch_lines import launch_commands, rank_threads
+
+    plan = _plan(tmp_path, launcher="torchrun")
+    assert rank_threads(plan) is None  # before staging counted the cores
+    staged = job_files.stage(plan, tmp_path)
+    job_dir = Path(staged.job_dir)
+    assert (job_dir / "workloads" / "synthetic.py").is_file() and (job_dir / "workloads" / "trainlib.py").is_file()
+    cores = int(subprocess.check_output(["nproc"]))
+    assert staged.rendezvous_port and dict(staged.node_cpus) == {"n1": cores, "n2": cores}
+    assert rank_threads(staged) == max(1, cores // 2)
+    assert all(f"OMP_NUM_THREADS={max(1, cores // 2)}" in line for _, line in launch_commands(staged))
+    assert "lacked nothing" not in (tmp_path / "stage.txt").read_text()
+    calls = local_ssh.read_text().count("\n")
+    job_files.stage(plan, tmp_path)  # again: both nodes (one machine here) hold everything
+    assert local_ssh.read_text().count("\n") == calls + 2  # one check each, nothing received
+    assert (tmp_path / "stage.txt").read_text().count("lacked nothing") == 2
+
+    (job_dir / "checkpoints").mkdir()
+    (job_dir / "checkpoints" / "last.pt").write_bytes(b"weights")
+    (job_dir / "metrics.jsonl").write_text('{"epoch": 1}\n')
+    (job_dir / "resume.pt").write_bytes(b"what it started from")
+    job_files.collect(staged, tmp_path / "results")
+    got = sorted(str(p.relative_to(tmp_path / "results")) for p in (tmp_path / "results").rglob("*") if p.is_file())
+    assert got == ["checkpoints/last.pt", "metrics.jsonl"]
+    assert job_files.stop_strays(staged) == {}
+
+
+def test_threads_per_rank_given_or_shared_out():
+    from dataclasses import replace
+
+    from pycli.cluster_model import Cluster, Host
+    from pycli.launch_lines import NodeLayout, launch_commands, rank_threads
+    from pycli.train import JobRequest, plan_job
+
+    hosts = (Host("n1", "10.9.0.1", slots=4), Host("n2", "10.9.0.2", slots=2))
+    cluster = Cluster(hosts=hosts, launcher="n1")
+    plan = plan_job(cluster, JobRequest(np=6, workload="synthetic"), layout=NodeLayout(), job_id="j1")
+    staged = replace(plan, node_cpus=(("n1", 16), ("n2", 16)))
+    assert rank_threads(staged, [hosts[0]]) == 4 and rank_threads(staged, [hosts[1]]) == 8
+    assert rank_threads(staged) == 4  # horovodrun passes one value to every rank: the fewest cores a rank has
+    ((_, line),) = launch_commands(staged)
+    assert "OMP_NUM_THREADS=4" in line
+    torchrun = replace(staged, launcher="torchrun", rendezvous_port=29500)
+    assert [("OMP_NUM_THREADS=4" in a, "OMP_NUM_THREADS=8" in b) for (_, a), (_, b) in [launch_commands(torchrun)]] == [(True, True)]
+    mpirun = replace(staged, launcher="mpirun")
+    ((_, line),) = launch_commands(mpirun)
+    assert "-x OMP_NUM_THREADS" in line and "OMP_NUM_THREADS=4" in line
+    assert rank_threads(replace(staged, nodes_share_cpus=True)) == 2  # 16 cores, all 6 ranks on one machine: 16 // 6
+    assert rank_threads(replace(staged, threads_per_rank=3)) == 3
+    assert rank_threads(replace(staged, node_cpus=(("n1", 2), ("n2", 2)))) == 1  # never 0
+    with pytest.raises(Exception, match="--threads-per-rank 0"):
+        plan_job(cluster, JobRequest(np=6, workload="synthetic", threads_per_rank=0), layout=NodeLayout(), job_id="j1")
 
 
 def test_the_end_of_a_docker_job_removes_its_container_files_from_the_node(tmp_path):
@@ -103,13 +284,6 @@ def test_the_end_of_a_docker_job_removes_its_container_files_from_the_node(tmp_p
 # --- what pycli does with them -----------------------------------------------------------------
 
 
-def _cluster(tmp_path):
-    from pycli.cluster_model import Cluster, Host
-
-    hosts = (Host("n1", "10.9.0.1", user="root", slots=2), Host("n2", "10.9.0.2", user="root", slots=2))
-    return Cluster(hosts=hosts, launcher="n1", inventory=tmp_path / "inventory.ini")
-
-
 def test_a_docker_job_whose_staging_fails_still_removes_what_reached_the_nodes(tmp_path, monkeypatch):
     from pycli import train
     from pycli.containers import JobContainer
@@ -117,7 +291,7 @@ def test_a_docker_job_whose_staging_fails_still_removes_what_reached_the_nodes(t
 
     removed = []
 
-    def failing_stage(plan, inventory, run_dir, container_files=None):
+    def failing_stage(plan, run_dir, container_files=None):
         raise PycliError("staging the job failed: n2: disk full")
 
     monkeypatch.setattr(train, "stage", failing_stage)
@@ -129,25 +303,12 @@ def test_a_docker_job_whose_staging_fails_still_removes_what_reached_the_nodes(t
     assert not any((tmp_path / "run" / "container").glob("id_*"))  # nor on the controller
 
 
-def test_old_job_folders_a_node_cannot_remove_are_said(tmp_path, monkeypatch, capsys):
-    from pycli import train
-    from pycli.launch_lines import NodeLayout
-
-    def fake_playbook(inventory, playbook, run_dir, extravars, limit, what, on_event=None):
-        on_event({"event": "runner_on_ok", "event_data": {"host": "n2", "task": RETENTION_TASK, "res": {
-            "stdout": "", "stderr": "rm: cannot remove '20261124-100000-100/checkpoints/last.pt': Permission denied"}}})
-        on_event({"event": "runner_on_ok", "event_data": {"host": "n1", "task": RETENTION_TASK, "res": {
-            "stdout": "20261124-100000-101", "stderr": ""}}})
-
-    monkeypatch.setattr(train, "_run_playbook", fake_playbook)
-    plan = train.plan_job(_cluster(tmp_path), train.JobRequest(np=4, workload="synthetic"), layout=NodeLayout(), job_id="j1")
-    train.stage(plan, tmp_path / "inventory.ini", tmp_path)
-    err = capsys.readouterr().err
-    assert err == ("pycli: warning: n2 keeps old job folders it cannot remove (pycli_jobs_kept): "
-                   "rm: cannot remove '20261124-100000-100/checkpoints/last.pt': Permission denied\n")
 
 
-def test_the_task_pycli_reads_is_the_one_in_the_playbook():
-    from pycli import train
+def test_what_the_stage_script_says_is_read_line_by_line():
+    from pycli.job_files import parse_stage
 
-    assert train.RETENTION_TASK == RETENTION_TASK and playbook_task("stage.yml", RETENTION_TASK)
+    said = parse_stage("removed 20261124-100000-101\nkept-back rm: cannot remove 'x/last.pt': Permission denied\n"
+                       f"need {'a' * 32}\ncpus 64\nport 41234\nnoise\n")
+    assert (said.cpus, said.port, said.needs) == (64, 41234, {"a" * 32})
+    assert said.removed == ("20261124-100000-101",) and said.kept_back == ("rm: cannot remove 'x/last.pt': Permission denied",)

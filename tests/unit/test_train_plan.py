@@ -13,7 +13,11 @@ from pycli.errors import BadInput
 from pycli.containers import JobContainer
 from pycli.launch_lines import WORKLOADS_DIR, JobPlan, NodeLayout, launch_commands, remote_data_dir, workload_args
 from pycli.nodes import ssh_argv
-from pycli.train import JobRequest, plan_job, read_metrics, stage_items
+from pycli.job_files import content_digest, stage_items
+from pycli.train import JobRequest, plan_job, read_metrics
+
+# A small folder of files standing in for a dataset (plan_job names data by its content).
+DATA = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
 
 LAYOUT = NodeLayout()
 
@@ -24,7 +28,7 @@ def cluster(slots=(2, 2), launcher=None, user="root"):
 
 
 def plan(c=None, **kw):
-    args = dict(np=4, workload="mnist", launcher=None, controller="gloo", script_args=(), data_dir=Path("/tmp"))
+    args = dict(np=4, workload="mnist", launcher=None, controller="gloo", script_args=(), data_dir=DATA)
     args.update(kw)
     return plan_job(c or cluster(), JobRequest(**args), layout=LAYOUT, job_id="j1")
 
@@ -40,7 +44,7 @@ def test_horovodrun_gets_the_filled_hosts_and_the_controller():
     assert host.name == "n1" and argv[argv.index("-H") + 1] == "10.9.0.1:2,10.9.0.2:1"
     assert argv[2:4] == ["/opt/pycli/venv/bin/horovodrun", "-np"] or argv[argv.index("-np") + 1] == "3"
     assert "--gloo" in argv and "--mpi" not in argv
-    assert argv[argv.index("--data-dir") + 1] == str(remote_data_dir(LAYOUT, Path("/tmp")))
+    assert argv[argv.index("--data-dir") + 1] == str(remote_data_dir(p)) == f"/srv/pycli/files/{p.data_digest}"
     assert argv[argv.index("--metrics") + 1] == "/srv/pycli/jobs/j1/metrics.jsonl"
     _, mpi_argv = only_line(plan(controller="mpi"))
     assert "--mpi" in mpi_argv
@@ -163,10 +167,14 @@ def test_staged_sources_are_absolute_even_when_given_relative(tmp_path, monkeypa
     (tmp_path / "jobs").mkdir()
     (tmp_path / "jobs" / "train.py").write_text("print('hi')\n")
     (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.idx").write_bytes(b"12")
+    (tmp_path / "container").mkdir()
     p = plan(workload="jobs/train.py", data_dir=Path("data"))
     items = stage_items(p, Path("container"))
-    assert [i["src"] for i in items] == [str(tmp_path / "jobs" / "train.py"), f"{tmp_path / 'data'}/", f"{tmp_path / 'container'}/"]
-    assert items[0]["dest"] == "/srv/pycli/jobs/j1/workloads/" and items[2]["dest"] == "/srv/pycli/jobs/j1/container/"
+    assert [i.src for i in items] == [tmp_path / "jobs" / "train.py", tmp_path / "data", tmp_path / "container"]
+    assert [i.how for i in items] == ["file", "data", "direct"]
+    assert str(items[0].dest) == "/srv/pycli/jobs/j1/workloads/train.py" and str(items[2].dest) == "/srv/pycli/jobs/j1/container"
+    assert items[1].digest == p.data_digest == content_digest(tmp_path / "data") and items[1].dest is None
 
 
 def test_the_network_interface_comes_from_the_request_else_the_inventory():

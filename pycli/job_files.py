@@ -1,0 +1,293 @@
+"""A job's files on its nodes, over OpenSSH: staging before it, its results and the sweep after it.
+
+Every command here goes over one shared SSH connection per node (pycli.nodes, `shared`):
+the first opens it, the rest reuse it, so the seconds a job spends outside its own processes
+are a few round trips rather than an Ansible run each.
+
+Staging is content-addressed: every file pycli stages is named on the nodes by a digest of
+what it holds (`content_digest`) and kept in the node's store (NodeLayout.store); a job
+hard-links its workload from there, and reads its data in place. A node is sent only what
+its store lacks, in one tar stream. The node's side is one script, node_files/stage-job.sh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import shlex
+import subprocess
+import tarfile
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
+
+from pycli.cluster_model import Host
+from pycli.errors import BadInput, PycliError, Unreachable, warn
+from pycli.launch_lines import WORKLOADS_DIR, JobPlan, stray_sweep_line
+from pycli.nodes import SSH_FAILED, SSH_TIMEOUT_S, NodeOutput, ssh_argv, ssh_each
+from pycli.paths import PROJECT_ROOT
+
+STAGE_SCRIPT = PROJECT_ROOT / "pycli" / "node_files" / "stage-job.sh"
+# What a digest covers of a folder: every file but Python's byte-code caches.
+SKIPPED_NAMES = ("__pycache__",)
+SKIPPED_SUFFIXES = (".pyc",)
+# Items up to this size are named by their contents; bigger ones (datasets) by each file's
+# size and modification time, as rsync's quick check compares them, so a job does not read
+# gigabytes on the controller before it starts.
+CONTENT_HASH_LIMIT = 64 * 2**20
+DIGEST_CHARS = 32
+# How long staging may take on one node: its store may lack a dataset.
+STAGE_TIMEOUT_S = 30 * 60
+DEFAULT_JOBS_KEPT = 20
+# What the stage script's lines start with (node_files/stage-job.sh).
+KINDS = ("tree", "file", "data", "direct")
+
+
+@dataclass(frozen=True)
+class StageItem:
+    """One thing a job needs on its nodes: `src` on the controller, placed as `how` says (KINDS)."""
+
+    src: Path
+    how: str
+    dest: PurePosixPath | None  # None for data, which the job reads in the store
+    digest: str
+
+    @property
+    def word(self) -> str:
+        """The item as the stage script takes it: DIGEST:HOW:DEST."""
+        return f"{self.digest}:{self.how}:{self.dest or ''}"
+
+
+def _files(src: Path) -> list[tuple[str, Path]]:
+    """(name in the item, file) for every file of a folder, sorted; a file is its own "file"."""
+    if not src.is_dir():
+        return [("file", src)]
+    found = []
+    for path in src.rglob("*"):
+        rel = path.relative_to(src)
+        if any(part in SKIPPED_NAMES for part in rel.parts) or path.suffix in SKIPPED_SUFFIXES or not path.is_file():
+            continue
+        found.append((rel.as_posix(), path))
+    return sorted(found)
+
+
+def content_digest(src: Path) -> str:
+    """The name of `src` (a file, or a folder's files) on the nodes: the same content, the same name."""
+    files = _files(src)
+    quick = sum(path.stat().st_size for _, path in files) > CONTENT_HASH_LIMIT
+    digest = hashlib.sha256(b"quick" if quick else b"content")
+    for name, path in files:
+        stat = path.stat()
+        digest.update(f"{name}\0{stat.st_mode & 0o777:o}\0{stat.st_size}\0".encode())
+        if quick:
+            digest.update(f"{stat.st_mtime_ns}\0".encode())
+        else:
+            with path.open("rb") as handle:
+                digest.update(hashlib.file_digest(handle, "sha256").digest())
+    return digest.hexdigest()[:DIGEST_CHARS]
+
+
+def jobs_kept(value: object) -> int:
+    """pycli_jobs_kept from the inventory: how many job folders (and store entries) a node keeps."""
+    if value is None or value == "":
+        return DEFAULT_JOBS_KEPT
+    text = str(value).strip()
+    if not text.isdigit():
+        raise BadInput(f"pycli_jobs_kept is {text!r}: give how many job folders a node keeps, a whole number (0: all)")
+    return int(text)
+
+
+def stage_items(plan: JobPlan, container_files: Path | None = None, discovery: Path | None = None) -> list[StageItem]:
+    """What a job needs on its nodes: its workload (the built-in folder, or the user's script),
+    its data, the checkpoint it resumes from, and its container files and host discovery script,
+    which are its own and never stored."""
+    workloads = plan.job_dir / "workloads"
+    if plan.script.parent == WORKLOADS_DIR:
+        items = [StageItem(WORKLOADS_DIR, "tree", workloads, content_digest(WORKLOADS_DIR))]
+    else:
+        script = plan.script.resolve()
+        items = [StageItem(script, "file", workloads / script.name, content_digest(script))]
+    if plan.data_dir is not None:
+        assert plan.data_digest, "plan_job names the data by its digest"
+        items.append(StageItem(plan.data_dir.resolve(), "data", None, plan.data_digest))
+    if plan.resume is not None:
+        resume = plan.resume.resolve()
+        items.append(StageItem(resume, "file", plan.job_dir / "resume.pt", content_digest(resume)))
+    # Private keys and a per-job script: sent to this job's folder only, never kept in a store.
+    for path, dest in ((container_files, plan.job_dir / "container"), (discovery, plan.discovery_script)):
+        if path is not None:
+            items.append(StageItem(path.resolve(), "direct", dest, hashlib.sha256(str(dest).encode()).hexdigest()[:DIGEST_CHARS]))
+    return items
+
+
+def stage_command(plan: JobPlan, mode: str, items: Sequence[StageItem], *, port: bool) -> str:
+    """The command line that runs the stage script on a node (over SSH, in its login shell)."""
+    args = [mode, str(plan.job_dir), str(plan.layout.store), str(plan.jobs_kept), "1" if port else "0"]
+    return shlex.join(["bash", "-c", STAGE_SCRIPT.read_text(), "stage-job.sh", *args, *(i.word for i in items)])
+
+
+@dataclass(frozen=True)
+class NodeStage:
+    """What the stage script said on one node (parse_stage)."""
+
+    cpus: int = 0
+    port: int | None = None
+    needs: frozenset[str] = frozenset()
+    removed: tuple[str, ...] = ()
+    kept_back: tuple[str, ...] = ()
+
+
+def parse_stage(stdout: str) -> NodeStage:
+    cpus, port, needs, removed, kept_back = 0, None, set(), [], []
+    for line in stdout.splitlines():
+        word, _, rest = line.strip().partition(" ")
+        if word == "cpus" and rest.isdigit():
+            cpus = int(rest)
+        elif word == "port" and rest.isdigit():
+            port = int(rest)
+        elif word == "need" and rest:
+            needs.add(rest)
+        elif word == "removed":
+            removed.append(rest)
+        elif word == "kept-back":
+            kept_back.append(rest)
+    return NodeStage(cpus, port, frozenset(needs), tuple(removed), tuple(kept_back))
+
+
+def _tar_members(items: Sequence[StageItem]) -> Iterator[tuple[Path, str]]:
+    for item in items:
+        top = f"direct-{item.digest}" if item.how == "direct" else item.digest
+        if item.src.is_dir():
+            for name, path in _files(item.src):
+                yield path, f"{top}/{name}"
+        elif item.how == "direct":
+            yield item.src, top
+        else:
+            yield item.src, f"{top}/file"
+
+
+def write_tar(items: Sequence[StageItem], out: io.RawIOBase | io.BufferedIOBase) -> None:
+    """The items as the stage script unpacks them: top folders named by digest (direct-DIGEST for direct items)."""
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, dereference=True) as tar:
+        for path, name in _tar_members(items):
+            tar.add(path, arcname=name, recursive=False)
+
+
+def _failure(what: str, answers: dict[str, NodeOutput]) -> PycliError | None:
+    """One error for the hosts that failed (unreachable ones first), or None."""
+    lost = sorted(name for name, out in answers.items() if out.rc == SSH_FAILED)
+    if lost:
+        return Unreachable(f"{what}: cannot reach {', '.join(lost)} ({answers[lost[0]].why()})")
+    failed = sorted(name for name, out in answers.items() if not out.ok)
+    if failed:
+        return PycliError(f"{what} failed: " + "; ".join(f"{name}: {answers[name].why()}" for name in failed))
+    return None
+
+
+def _receive(host: Host, command: str, items: Sequence[StageItem]) -> NodeOutput:
+    """Run the stage script's receive mode on `host`, the items' tar stream on its stdin."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(ssh_argv(host, command, tty=False, shared=True), stdin=subprocess.PIPE,
+                                stdout=out, stderr=err)
+        assert proc.stdin is not None
+        broken = ""
+        try:
+            write_tar(items, proc.stdin)
+        except OSError as error:  # the node stopped reading: its own error says why
+            broken = f"\nthe tar stream broke off: {error}"
+        finally:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        try:
+            code = proc.wait(timeout=STAGE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+            broken += f"\nno answer within {STAGE_TIMEOUT_S} s"
+        out.seek(0)
+        err.seek(0)
+        return NodeOutput(host.name, code, out.read().decode(errors="replace"), err.read().decode(errors="replace") + broken)
+
+
+def stage(plan: JobPlan, run_dir: Path, container_files: Path | None = None, discovery: Path | None = None) -> JobPlan:
+    """Put the job's files at the same paths on every node of the job; what a node's store
+    holds already is not sent again. Returns the plan completed with what the nodes said:
+    their cores (threads per rank) and torchrun's rendezvous port, free on the first node."""
+    items = stage_items(plan, container_files, discovery)
+    rendezvous = plan.launcher == "torchrun"
+    checks = ssh_each([(host, stage_command(plan, "check", items, port=rendezvous and host == plan.rank0))
+                       for host in plan.hosts], timeout_s=SSH_TIMEOUT_S * 6, shared=True)
+    if (error := _failure("staging the job", checks)) is not None:
+        raise error
+    said = {name: parse_stage(out.stdout) for name, out in checks.items()}
+    log = [f"{name}: cores {s.cpus}; lacked {', '.join(sorted(s.needs)) or 'nothing'}; removed old job folders "
+           f"{', '.join(s.removed) or 'none'}" for name, s in said.items()]
+    receive = {host: [i for i in items if i.digest in said[host.name].needs] for host in plan.hosts}
+    receive = {host: wanted for host, wanted in receive.items() if wanted}
+    if receive:
+        answers: dict[str, NodeOutput] = {}
+        threads = [threading.Thread(target=lambda h=host, w=wanted: answers.__setitem__(
+            h.name, _receive(h, stage_command(plan, "receive", items, port=False), w))) for host, wanted in receive.items()]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if (error := _failure("staging the job", answers)) is not None:
+            raise error
+    (run_dir / "stage.txt").write_text("".join(line + "\n" for line in log))
+    for name, s in sorted(said.items()):
+        for why in s.kept_back:
+            warn(f"{name} keeps old job folders it cannot remove (pycli_jobs_kept): {why}")
+    if rendezvous:
+        port = said[plan.rank0.name].port
+        if port is None:
+            raise PycliError(f"staging the job: {plan.rank0.name} named no free port for torchrun")
+        plan = replace(plan, rendezvous_port=port)
+    return replace(plan, node_cpus=tuple((host.name, said[host.name].cpus) for host in plan.hosts))
+
+
+# The files a job leaves for the controller: rank 0's metrics and checkpoints (not the one it resumed from).
+RESULTS_LINE = (
+    "{ find . checkpoints -maxdepth 1 -type f \\( -name metrics.jsonl -o -name '*.pt' \\) ! -name resume.pt "
+    "2>/dev/null; true; } | tar -c -f - --no-recursion -T -"
+)
+
+
+def collect(plan: JobPlan, results: Path) -> None:
+    """Fetch rank 0's metrics and checkpoints into `results` (one tar stream over the shared connection)."""
+    command = f"cd {shlex.quote(str(plan.job_dir))} && {RESULTS_LINE}"
+    proc = subprocess.Popen(ssh_argv(plan.rank0, command, tty=False, shared=True), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    results.mkdir(parents=True, exist_ok=True)
+    try:
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            tar.extractall(results, filter="data")
+    except tarfile.TarError as err:
+        proc.kill()
+        why = proc.stderr.read().decode(errors="replace").strip().splitlines()
+        raise PycliError(f"fetching the results from {plan.rank0.name}: {why[-1] if why else err}") from None
+    finally:
+        code = proc.wait()
+    if code != 0:
+        why = proc.stderr.read().decode(errors="replace").strip().splitlines()
+        error = Unreachable if code == SSH_FAILED else PycliError
+        raise error(f"fetching the results from {plan.rank0.name}: {why[-1] if why else f'exit {code}'}")
+
+
+def stop_strays(plan: JobPlan) -> dict[str, str]:
+    """After the job, no process of it may be left on any node (their command lines name the job).
+
+    Returns what is left, by host: the survivors' `pid command` lines, or why the host could not be swept."""
+    answers = ssh_each([(host, stray_sweep_line(plan.job_dir)) for host in plan.hosts], shared=True)
+    left = {}
+    for name, out in answers.items():
+        if out.rc == SSH_FAILED:
+            left[name] = "unreachable, not checked"
+        elif not out.ok:
+            left[name] = out.stderr.strip() or out.why()
+    return left
