@@ -7,9 +7,10 @@ on one provisioned cluster:
 1. `pycli bench --backends gloo --np 1,2 --launchers horovod,torchrun` (the synthetic workload):
    throughput per placement under each launcher, and the allreduce microbenchmark under each
    (Horovod's allreduce and torch.distributed's, both over Gloo) beside iperf3 between the nodes.
-2. `pycli train mnist --np 2 -- --epochs 1 --threads 1`, `--repeat` times, its wall time; then the
-   very command line pycli ran (the launcher's line from the run's job.txt) run bare over ssh
-   on the same node, with the job's files already there, as many times.
+2. `pycli train mnist --np 2 -- --epochs 1`: first with the nodes' store emptied (everything is
+   sent), then `--repeat` times with the files there, its wall time; then the very command line
+   pycli ran (the launcher's line from the run's job.txt, threads per rank and all) run bare
+   over ssh on the same node, with the job's files already there, as many times.
 
 It prints three tables with the goals of issue 14 beside the figures (Horovod / torchrun >= 1.0
 at every placement; Horovod's busbw >= torch.distributed's from 16 MB up; pycli's wall time
@@ -37,7 +38,7 @@ GOAL_RATIO = 1.0
 GOAL_BUSBW_FROM = 16 * 2**20
 GOAL_OVERHEAD_S = {"files on the nodes": 2.0, "first run": 4.0}
 TRAIN_ARGS = ("train", "mnist", "--np", "2")
-WORKLOAD_ARGS = ("--", "--epochs", "1", "--threads", "1")
+WORKLOAD_ARGS = ("--", "--epochs", "1")
 
 
 def run(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
@@ -97,14 +98,19 @@ def overhead(inventory: Path, repeat: int, env: dict[str, str], runs: Path) -> d
     """`pycli train` wall times, then its launcher line run bare over ssh on the same node."""
     from pycli.cluster_model import load_cluster
     from pycli.nodes import ssh_argv
+    from pycli.train import layout_of
 
+    cluster = load_cluster(inventory)
+    store = layout_of(cluster).store
+    for host in cluster.hosts:  # the first run sends the workload and data again
+        run(ssh_argv(host, f"rm -rf {store}"), env)
     trains = []
-    for _ in range(repeat + 1):  # the first may stage the workload and data
+    for _ in range(repeat + 1):
         seconds, _ = run([str(PYCLI), *TRAIN_ARGS, "-i", str(inventory), *WORKLOAD_ARGS], env)
         trains.append(seconds)
     job = (newest(runs, "train") / "job.txt").read_text().splitlines()
     name, line = job[2].split(": ", 1)  # "node1: cd /srv/... && exec env ... horovodrun ..."
-    host = next(h for h in load_cluster(inventory).hosts if h.name == name)
+    host = next(h for h in cluster.hosts if h.name == name)
     bares = [run(ssh_argv(host, line), env)[0] for _ in range(repeat)]
     return {"train_first_s": trains[0], "train_s": trains[1:], "bare_s": bares, "command": line}
 

@@ -88,7 +88,7 @@ def bench(cluster: Cluster, request: BenchRequest, *, write: Callable[[str], Non
                 write(f"pycli: [{len(runs) + 1}/{total}] {cell.describe()}, run {repeat}/{request.repeat} ...")
                 job_began = time.monotonic()
                 code, records, error = _run_job(placement_cluster(cluster, cell.placement),
-                                                training_job(cell, request.workload, request.workload_args), cell_dir)
+                                                training_job(cell, request.workload, request.workload_args, request.env), cell_dir)
                 measurement = measurement_from_records(request.workload, records) if code == 0 else None
                 if code == 0 and measurement is None:
                     error = "the job wrote no metrics record"
@@ -102,7 +102,7 @@ def bench(cluster: Cluster, request: BenchRequest, *, write: Callable[[str], Non
             cell_dir = run_dir / "allreduce" / cell.key
             write(f"pycli: allreduce microbenchmark: {cell.describe()}, sizes {request.allreduce_sizes} ...")
             code, records, error = _run_job(placement_cluster(cluster, cell.placement),
-                                            allreduce_job(cell, request.allreduce_sizes or "", request.allreduce_iters), cell_dir)
+                                            allreduce_job(cell, request.allreduce_sizes or "", request.allreduce_iters, request.env), cell_dir)
             allreduce_runs.append(AllreduceRun(cell, code, cell_dir, list(records), error))
             if records:
                 write(f"pycli:     busbw {records[-1]['busbw_gbps']:.3g} GB/s at {human_size(records[-1]['bytes'])}")

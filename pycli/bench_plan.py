@@ -40,6 +40,7 @@ class BenchRequest:
     allreduce_sizes: str | None = DEFAULT_ALLREDUCE_SIZES  # None: no microbenchmark
     allreduce_iters: int = 5
     iperf_seconds: int = 5
+    env: tuple[str, ...] = ()  # --env NAME=VALUE for every rank of every run (pycli train --env)
 
 
 def parse_choices(text: str, choices: Sequence[str], option: str) -> tuple[str, ...]:
@@ -81,7 +82,7 @@ def parse_size_range(text: str) -> tuple[int, ...]:
 def bench_request(
     *, backends: str, process_counts: str, launchers: str, workload: str, repeat: int,
     workload_args: Sequence[str] = (), allreduce_sizes: str | None = DEFAULT_ALLREDUCE_SIZES,
-    allreduce_iters: int = 5, iperf_seconds: int = 5,
+    allreduce_iters: int = 5, iperf_seconds: int = 5, env: Sequence[str] = (),
 ) -> BenchRequest:
     """The command line, checked before any node is touched (BadInput, exit 2)."""
     if workload not in BENCH_WORKLOADS:
@@ -100,6 +101,7 @@ def bench_request(
         launchers=parse_choices(launchers, LAUNCHERS, "--launchers"),
         workload=workload, repeat=repeat, workload_args=tuple(workload_args),
         allreduce_sizes=allreduce_sizes, allreduce_iters=allreduce_iters, iperf_seconds=iperf_seconds,
+        env=tuple(env),
     )
 
 
@@ -259,7 +261,7 @@ def horovodrun_controller(cell: Cell) -> str:
     return "mpi" if cell.backend == "mpi" or cell.launcher == "mpirun" else "gloo"
 
 
-def training_job(cell: Cell, workload: str, workload_args: Sequence[str]) -> JobRequest:
+def training_job(cell: Cell, workload: str, workload_args: Sequence[str], env: Sequence[str] = ()) -> JobRequest:
     """The job of one run of a training cell."""
     args: list[str] = []
     if cell.device == "cpu":
@@ -269,10 +271,10 @@ def training_job(cell: Cell, workload: str, workload_args: Sequence[str]) -> Job
         name = "ddp"  # the same training under DistributedDataParallel
         args += ["--backend", cell.backend]
     return JobRequest(np=cell.placement.processes, workload=name, launcher=cell.launcher,
-                      controller=horovodrun_controller(cell), script_args=(*args, *workload_args))
+                      controller=horovodrun_controller(cell), script_args=(*args, *workload_args), env=tuple(env))
 
 
-def allreduce_job(cell: Cell, sizes: str, iters: int) -> JobRequest:
+def allreduce_job(cell: Cell, sizes: str, iters: int, env: Sequence[str] = ()) -> JobRequest:
     """The job of one allreduce microbenchmark."""
     if cell.launcher == "torchrun":
         args = ["--comm", "torch", "--backend", cell.backend]
@@ -282,7 +284,7 @@ def allreduce_job(cell: Cell, sizes: str, iters: int) -> JobRequest:
         args.append("--cpu")
     args += ["--sizes", sizes, "--iters", str(iters), "--metrics", "metrics.jsonl"]
     return JobRequest(np=cell.placement.processes, workload=str(ALLREDUCE_SCRIPT), launcher=cell.launcher,
-                      controller=horovodrun_controller(cell), script_args=tuple(args))
+                      controller=horovodrun_controller(cell), script_args=tuple(args), env=tuple(env))
 
 
 def placement_cluster(cluster: Cluster, place: Placement) -> Cluster:
@@ -310,6 +312,8 @@ def request_command(inventory: Path, request: BenchRequest) -> str:
     else:
         argv += ["--allreduce-sizes", request.allreduce_sizes, "--allreduce-iters", str(request.allreduce_iters),
                  "--iperf-seconds", str(request.iperf_seconds)]
+    for setting in request.env:
+        argv += ["--env", setting]
     if request.workload_args:
         argv += ["--", *request.workload_args]
     return shlex.join(argv)

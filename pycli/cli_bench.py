@@ -27,6 +27,7 @@ def bench_cmd(
     allreduce_iters: int = typer.Option(5, "--allreduce-iters", help="Timed allreduces per size."),
     no_allreduce: bool = typer.Option(False, "--no-allreduce", help="Skip the allreduce microbenchmark and iperf3."),
     iperf_seconds: int = typer.Option(5, "--iperf-seconds", help="Length of the raw TCP measurement."),
+    env: list[str] = typer.Option(None, "--env", metavar="NAME=VALUE", help="Set for every rank of every run (repeatable), as pycli train --env."),
 ) -> None:
     """Run WORKLOAD over each backend and launcher on 1..N processes, within and across servers; write a report.
 
@@ -42,6 +43,6 @@ def bench_cmd(
     request = bench_request(
         backends=backends, process_counts=process_counts, launchers=launchers, workload=workload, repeat=repeat,
         workload_args=workload_args or [], allreduce_sizes=None if no_allreduce else allreduce_sizes,
-        allreduce_iters=allreduce_iters, iperf_seconds=iperf_seconds,
+        allreduce_iters=allreduce_iters, iperf_seconds=iperf_seconds, env=env or (),
     )
     raise typer.Exit(bench(for_jobs(load_inventory(inventory), say_to_stderr), request))

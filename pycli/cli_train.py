@@ -47,6 +47,13 @@ def train_cmd(
         help="CPU threads of each rank (OMP_NUM_THREADS). Default: each node's cores shared out between its ranks "
         "(between all ranks when the nodes share one machine, pycli_nodes_share_cpus).",
     ),
+    env: list[str] = typer.Option(
+        None, "--env", metavar="NAME=VALUE",
+        help="Set for every rank (repeatable), over pycli's own settings, e.g. --env HOROVOD_CYCLE_TIME=5.",
+    ),
+    autotune: bool = typer.Option(
+        False, "--autotune", help="horovodrun's autotuning of its run settings; what it tried is fetched to results/autotune.csv.",
+    ),
     docker: str | None = typer.Option(
         None, "--docker", metavar="IMAGE",
         help="Run every rank inside a container of IMAGE on its node (--gpus all --ipc=host, host network); "
@@ -88,6 +95,6 @@ def train_cmd(
         np=np, workload=workload or "mnist", launcher=launcher, controller=controller, script_args=tuple(script_args or ()),
         network_interface=network_interface, data_dir=data_dir, resume=resume, container=container,
         time_limit_s=timeout, max_restarts=max_restarts, min_np=min_np, elastic=elastic,
-        threads_per_rank=threads_per_rank,
+        threads_per_rank=threads_per_rank, env=tuple(env or ()), autotune=autotune,
     )
     raise typer.Exit(run_job(cluster, request).code)

@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 
 from pycli.cluster_model import Host
 from pycli.errors import BadInput, PycliError, Unreachable, warn
-from pycli.launch_lines import WORKLOADS_DIR, JobPlan, stray_sweep_line
+from pycli.launch_lines import AUTOTUNE_LOG, WORKLOADS_DIR, JobPlan, stray_sweep_line
 from pycli.nodes import SSH_FAILED, SSH_TIMEOUT_S, NodeOutput, ssh_argv, ssh_each
 from pycli.paths import PROJECT_ROOT
 
@@ -104,10 +104,10 @@ def stage_items(plan: JobPlan, container_files: Path | None = None, discovery: P
     its data, the checkpoint it resumes from, and its container files and host discovery script,
     which are its own and never stored."""
     workloads = plan.job_dir / "workloads"
-    if plan.script.parent == WORKLOADS_DIR:
+    script = plan.script.resolve()
+    if script.parent == WORKLOADS_DIR:  # the built-in workloads import their shared library
         items = [StageItem(WORKLOADS_DIR, "tree", workloads, content_digest(WORKLOADS_DIR))]
     else:
-        script = plan.script.resolve()
         items = [StageItem(script, "file", workloads / script.name, content_digest(script))]
     if plan.data_dir is not None:
         assert plan.data_digest, "plan_job names the data by its digest"
@@ -133,6 +133,7 @@ class NodeStage:
     """What the stage script said on one node (parse_stage)."""
 
     cpus: int = 0
+    gpus: int = 0
     port: int | None = None
     needs: frozenset[str] = frozenset()
     removed: tuple[str, ...] = ()
@@ -140,11 +141,13 @@ class NodeStage:
 
 
 def parse_stage(stdout: str) -> NodeStage:
-    cpus, port, needs, removed, kept_back = 0, None, set(), [], []
+    cpus, gpus, port, needs, removed, kept_back = 0, 0, None, set(), [], []
     for line in stdout.splitlines():
         word, _, rest = line.strip().partition(" ")
         if word == "cpus" and rest.isdigit():
             cpus = int(rest)
+        elif word == "gpus" and rest.isdigit():
+            gpus = int(rest)
         elif word == "port" and rest.isdigit():
             port = int(rest)
         elif word == "need" and rest:
@@ -153,7 +156,7 @@ def parse_stage(stdout: str) -> NodeStage:
             removed.append(rest)
         elif word == "kept-back":
             kept_back.append(rest)
-    return NodeStage(cpus, port, frozenset(needs), tuple(removed), tuple(kept_back))
+    return NodeStage(cpus, gpus, port, frozenset(needs), tuple(removed), tuple(kept_back))
 
 
 def _tar_members(items: Sequence[StageItem]) -> Iterator[tuple[Path, str]]:
@@ -216,7 +219,8 @@ def _receive(host: Host, command: str, items: Sequence[StageItem]) -> NodeOutput
 def stage(plan: JobPlan, run_dir: Path, container_files: Path | None = None, discovery: Path | None = None) -> JobPlan:
     """Put the job's files at the same paths on every node of the job; what a node's store
     holds already is not sent again. Returns the plan completed with what the nodes said:
-    their cores (threads per rank) and torchrun's rendezvous port, free on the first node."""
+    their cores (threads per rank) and GPUs (Horovod's settings), and torchrun's rendezvous
+    port, free on the first node."""
     items = stage_items(plan, container_files, discovery)
     rendezvous = plan.launcher == "torchrun"
     checks = ssh_each([(host, stage_command(plan, "check", items, port=rendezvous and host == plan.rank0))
@@ -224,7 +228,7 @@ def stage(plan: JobPlan, run_dir: Path, container_files: Path | None = None, dis
     if (error := _failure("staging the job", checks)) is not None:
         raise error
     said = {name: parse_stage(out.stdout) for name, out in checks.items()}
-    log = [f"{name}: cores {s.cpus}; lacked {', '.join(sorted(s.needs)) or 'nothing'}; removed old job folders "
+    log = [f"{name}: cores {s.cpus}, GPUs {s.gpus}; lacked {', '.join(sorted(s.needs)) or 'nothing'}; removed old job folders "
            f"{', '.join(s.removed) or 'none'}" for name, s in said.items()]
     receive = {host: [i for i in items if i.digest in said[host.name].needs] for host in plan.hosts}
     receive = {host: wanted for host, wanted in receive.items() if wanted}
@@ -247,13 +251,15 @@ def stage(plan: JobPlan, run_dir: Path, container_files: Path | None = None, dis
         if port is None:
             raise PycliError(f"staging the job: {plan.rank0.name} named no free port for torchrun")
         plan = replace(plan, rendezvous_port=port)
-    return replace(plan, node_cpus=tuple((host.name, said[host.name].cpus) for host in plan.hosts))
+    return replace(plan, node_cpus=tuple((host.name, said[host.name].cpus) for host in plan.hosts),
+                   node_gpus=tuple((host.name, said[host.name].gpus) for host in plan.hosts))
 
 
-# The files a job leaves for the controller: rank 0's metrics and checkpoints (not the one it resumed from).
+# The files a job leaves for the controller: rank 0's metrics and checkpoints (not the one it
+# resumed from), and what horovodrun --autotune tried.
 RESULTS_LINE = (
-    "{ find . checkpoints -maxdepth 1 -type f \\( -name metrics.jsonl -o -name '*.pt' \\) ! -name resume.pt "
-    "2>/dev/null; true; } | tar -c -f - --no-recursion -T -"
+    "{ find . checkpoints -maxdepth 1 -type f \\( -name metrics.jsonl -o -name '*.pt' -o -name "
+    f"{AUTOTUNE_LOG} \\) ! -name resume.pt 2>/dev/null; true; }} | tar -c -f - --no-recursion -T -"
 )
 
 

@@ -32,6 +32,12 @@ ALLREDUCE_SCRIPT = WORKLOADS_DIR / "allreduce.py"  # the allreduce of check's ga
 TORCHRUN_PORT = 29400
 # The threads of each rank: torch, OpenMP and MKL read it; torchrun keeps a value it is given.
 THREADS_VAR = "OMP_NUM_THREADS"
+# Horovod's run settings for jobs on nodes without GPUs (horovodrun and mpirun); --env
+# overrides them. Chosen by measurement (docs/bench.md): Horovod's background thread runs a
+# round of coordination between the ranks every cycle (1 ms by default), busy or not, and on
+# CPUs that round takes cores from the ranks' compute. On GPUs Horovod's defaults stay (not measured).
+HOROVOD_CPU_ENV: tuple[str, ...] = ("HOROVOD_CYCLE_TIME=5",)
+AUTOTUNE_LOG = "autotune.csv"
 # torchrun --elastic: the ranks keep their own store, not the agents' rendezvous store, whose
 # keys outlive a restart (torch 2.5 and later): a restarted rank would read the address an
 # earlier rank 0 had and fail to connect (pytorch/pytorch#135712).
@@ -83,6 +89,9 @@ class JobPlan:
     threads_per_rank: int | None = None  # --threads-per-rank; None: the node's cores shared out (rank_threads)
     nodes_share_cpus: bool = False  # the inventory's pycli_nodes_share_cpus: every rank of the job shares one machine
     node_cpus: tuple[tuple[str, int], ...] = ()  # (host, its cores) as staging counted them; () before staging
+    node_gpus: tuple[tuple[str, int], ...] = ()  # (host, its GPUs) as staging counted them; () before staging
+    env: tuple[str, ...] = ()  # --env NAME=VALUE: set for every rank, after (so over) pycli's own settings
+    autotune: bool = False  # --autotune: horovodrun tunes its knobs while the job runs, its log in the job folder
 
     @property
     def job_dir(self) -> PurePosixPath:
@@ -202,8 +211,15 @@ def host_discovery_script(plan: JobPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
+def autotune_log(plan: JobPlan) -> PurePosixPath:
+    """Where horovodrun --autotune writes what it tried (fetched into the run's results)."""
+    return plan.job_dir / AUTOTUNE_LOG
+
+
 def horovodrun_argv(plan: JobPlan) -> list[str]:
     argv = [plan.tool("horovodrun"), "-np", str(plan.np)]
+    if plan.autotune:
+        argv += ["--autotune", "--autotune-log-file", str(autotune_log(plan))]
     if plan.elastic_min_np is not None:
         argv += ["--min-np", str(plan.elastic_min_np), "--max-np", str(plan.np),
                  "--host-discovery-script", str(plan.discovery_script)]
@@ -254,8 +270,10 @@ def job_mpirun_argv(plan: JobPlan, user: str) -> list[str]:
     """The job under mpirun: Horovod with its MPI controller, the ranks started by Open MPI."""
     launch = mpirun_argv("mpirun", plan.hosts, np=plan.np, user=user, ssh_ports=plan.ssh_ports,
                          network_interface=plan.network_interface)
-    if rank_threads(plan) is not None:
-        launch += ["-x", THREADS_VAR]  # remote_shell sets it in mpirun's own environment
+    # remote_shell sets these in mpirun's own environment; -x hands them to every rank.
+    for name in dict.fromkeys([*([THREADS_VAR] if rank_threads(plan) is not None else []),
+                               *(setting.split("=", 1)[0] for setting in launch_env(plan))]):
+        launch += ["-x", name]
     return launch + _program(plan)
 
 
@@ -286,6 +304,18 @@ def torchrun_argv(plan: JobPlan, node_rank: int) -> list[str]:
     return [*argv, "--rdzv-id", plan.job_id, str(plan.remote_script), *workload_args(plan)]
 
 
+def cpu_only(plan: JobPlan) -> bool:
+    """Staging found no GPU on any node of the job."""
+    return bool(plan.node_gpus) and not any(gpus for _, gpus in plan.node_gpus)
+
+
+def launch_env(plan: JobPlan) -> list[str]:
+    """NAME=VALUE settings of the job beyond threads: Horovod's run settings where Horovod runs
+    the collectives on CPUs, then the user's --env (the later wins)."""
+    own = list(HOROVOD_CPU_ENV) if plan.launcher in ("horovod", "mpirun") and cpu_only(plan) else []
+    return [*own, *plan.env]
+
+
 def remote_shell(plan: JobPlan, argv: Sequence[str], hosts: Sequence[Host] | None = None) -> str:
     """The shell line run on a node: the job's folder, the shared venv first on PATH, the
     threads of the ranks it starts on `hosts` (horovodrun and mpirun pass the environment on
@@ -295,6 +325,7 @@ def remote_shell(plan: JobPlan, argv: Sequence[str], hosts: Sequence[Host] | Non
     env = ["PYTHONUNBUFFERED=1"]
     if (threads := rank_threads(plan, hosts)) is not None:
         env.append(f"{THREADS_VAR}={threads}")
+    env += launch_env(plan)
     if plan.restarts_by_agents:
         env += TORCHRUN_ELASTIC_ENV
     if plan.network_interface:

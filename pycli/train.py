@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -49,6 +50,8 @@ WORKLOADS = {
     "synthetic": ("synthetic.py", ("horovod", "mpirun", "torchrun"), False),
 }
 DEFAULT_LAUNCHER = {"mnist": "horovod", "ddp": "torchrun", "synthetic": "horovod"}
+# What --env may set: an environment variable's name as the shell takes it.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # The built-in workloads that go on through lost ranks (workloads/elastic.py).
 ELASTIC_WORKLOADS = ("mnist", "ddp")
 # torchrun --elastic without --max-restarts: how often its agents start the ranks again.
@@ -76,6 +79,8 @@ class JobRequest:
     min_np: int | None = None  # --min-np: a restart or an elastic job may go on with this few ranks; None: all --np
     elastic: bool = False  # --elastic: the launcher's elastic mode (horovodrun or torchrun) goes on when ranks are lost
     threads_per_rank: int | None = None  # --threads-per-rank; None: each node's cores shared out between its ranks
+    env: tuple[str, ...] = ()  # --env NAME=VALUE for every rank
+    autotune: bool = False  # --autotune: horovodrun's autotuning, its log fetched with the results
 
 
 def new_job_id(now: datetime | None = None) -> str:
@@ -130,6 +135,12 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
         raise BadInput("--max-restarts does not work with --docker yet: restart the job with --resume")
     if request.threads_per_rank is not None and request.threads_per_rank < 1:
         raise BadInput(f"--threads-per-rank {request.threads_per_rank}: give the CPU threads of each rank, 1 or more")
+    for setting in request.env:
+        name, equals, _ = setting.partition("=")
+        if not equals or not ENV_NAME.fullmatch(name):
+            raise BadInput(f"--env {setting!r}: give NAME=VALUE, NAME of letters, digits and '_' not starting with a digit")
+    if request.autotune and launcher != "horovod":
+        raise BadInput(f"--autotune is horovodrun's; this job runs under {launcher}")
     if resume is not None and not resume.is_file():
         raise BadInput(f"--resume {resume} does not exist")
     if resume is not None and workload not in ("mnist", "ddp"):
@@ -159,6 +170,8 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
         jobs_kept=jobs_kept(cluster.settings.get(JOBS_KEPT_VAR)),
         threads_per_rank=request.threads_per_rank,
         nodes_share_cpus=cluster.nodes_share_cpus,
+        env=tuple(request.env),
+        autotune=request.autotune,
     )
 
 

@@ -18,7 +18,7 @@
 #          data   used in place from the store (the job reads STORE/DIGEST); nothing placed
 #          direct never stored (private keys): the tar's direct-DIGEST folder becomes DEST
 #
-# Prints one fact a line: "cpus N", "port N", "need DIGEST", "removed JOB" and
+# Prints one fact a line: "cpus N", "gpus N", "port N", "need DIGEST", "removed JOB" and
 # "kept-back MESSAGE" (an old job folder that cannot be removed). Exit 2: bad arguments.
 set -uo pipefail
 
@@ -100,6 +100,7 @@ if [ "$mode" = check ] && [ "$keep" -gt 0 ]; then
 fi
 
 echo "cpus $(nproc)"
+echo "gpus $(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')"
 if [ "$port" = 1 ]; then
     python3 -c "import socket; s = socket.socket(); s.bind(('', 0)); print('port', s.getsockname()[1])" || status=1
 fi

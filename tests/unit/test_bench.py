@@ -68,10 +68,18 @@ def test_bad_requests_are_bad_input(kwargs, message):
 
 def test_the_request_writes_the_command_that_makes_it_again():
     request = bench_request(backends="mpi,gloo", process_counts="2,1", launchers="horovod", workload="synthetic",
-                            repeat=2, workload_args=["--width", "8"])
+                            repeat=2, workload_args=["--width", "8"], env=["HOROVOD_CYCLE_TIME=20"])
     assert request_command(Path("inv.ini"), request) == (
         "pycli bench -i inv.ini --backends mpi,gloo --np 1,2 --launchers horovod --workload synthetic --repeat 2 "
-        "--allreduce-sizes 4K:256M --allreduce-iters 5 --iperf-seconds 5 -- --width 8")
+        "--allreduce-sizes 4K:256M --allreduce-iters 5 --iperf-seconds 5 --env HOROVOD_CYCLE_TIME=20 -- --width 8")
+
+
+def test_every_run_of_a_bench_gets_its_env_settings():
+    from pycli.bench_plan import Cell, allreduce_job, training_job
+
+    cell = Cell("horovod", "gloo", Placement(1, 2))
+    assert training_job(cell, "synthetic", (), ("A=1",)).env == ("A=1",)
+    assert allreduce_job(cell, "1M", 2, ("A=1",)).env == ("A=1",)
 
 
 def test_the_cli_default_sizes_are_the_modules():

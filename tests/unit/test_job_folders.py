@@ -309,6 +309,6 @@ def test_what_the_stage_script_says_is_read_line_by_line():
     from pycli.job_files import parse_stage
 
     said = parse_stage("removed 20261124-100000-101\nkept-back rm: cannot remove 'x/last.pt': Permission denied\n"
-                       f"need {'a' * 32}\ncpus 64\nport 41234\nnoise\n")
-    assert (said.cpus, said.port, said.needs) == (64, 41234, {"a" * 32})
+                       f"need {'a' * 32}\ncpus 64\ngpus 8\nport 41234\nnoise\n")
+    assert (said.cpus, said.gpus, said.port, said.needs) == (64, 8, 41234, {"a" * 32})
     assert said.removed == ("20261124-100000-101",) and said.kept_back == ("rm: cannot remove 'x/last.pt': Permission denied",)

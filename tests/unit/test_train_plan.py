@@ -258,3 +258,51 @@ def test_a_half_written_metrics_line_is_skipped_with_a_warning(tmp_path, capsys)
     assert read_metrics(tmp_path) == [{"epoch": 1, "train_loss": 0.5}]
     err = capsys.readouterr().err.splitlines()
     assert err == [f"pycli: warning: {tmp_path / 'metrics.jsonl'}: skipped 2 line(s) that are not a JSON record (first: line 3)"]
+
+
+def test_env_settings_reach_every_rank_after_pycli_s_own():
+    from dataclasses import replace
+
+    staged = replace(plan(env=("HOROVOD_CYCLE_TIME=5", "OMP_NUM_THREADS=3")), node_cpus=(("n1", 8), ("n2", 8)))
+    _, argv = only_line(staged)
+    settings = argv[:argv.index("/opt/pycli/venv/bin/horovodrun")]
+    # pycli's threads first, the user's after: env(1) keeps the last value it is given.
+    assert settings.index("OMP_NUM_THREADS=4") < settings.index("OMP_NUM_THREADS=3")
+    assert "HOROVOD_CYCLE_TIME=5" in settings
+    _, mpi = only_line(replace(staged, launcher="mpirun"))
+    exported = [mpi[i + 1] for i, word in enumerate(mpi) if word == "-x"]
+    assert "HOROVOD_CYCLE_TIME" in exported and exported.count("OMP_NUM_THREADS") == 1
+
+
+@pytest.mark.parametrize("setting", ["NOEQUALS", "1BAD=x", "A-B=1", "=1"])
+def test_an_env_setting_that_is_no_name_value_pair_is_bad_input(setting):
+    with pytest.raises(BadInput, match="--env"):
+        plan(env=(setting,))
+
+
+def test_autotune_is_horovodrun_s_and_its_log_comes_back_with_the_results():
+    from pycli.job_files import RESULTS_LINE
+
+    _, argv = only_line(plan(autotune=True))
+    assert argv[argv.index("--autotune-log-file") + 1] == "/srv/pycli/jobs/j1/autotune.csv" and "--autotune" in argv
+    assert "autotune.csv" in RESULTS_LINE
+    with pytest.raises(BadInput, match="--autotune"):
+        plan(workload="synthetic", launcher="torchrun", data_dir=None, autotune=True)
+
+
+def test_horovod_s_cpu_settings_apply_where_staging_found_no_gpu():
+    from dataclasses import replace
+
+    from pycli.launch_lines import HOROVOD_CPU_ENV
+
+    base = plan()
+    cpu = replace(base, node_cpus=(("n1", 8), ("n2", 8)), node_gpus=(("n1", 0), ("n2", 0)))
+    gpu = replace(cpu, node_gpus=(("n1", 0), ("n2", 8)))
+    assert HOROVOD_CPU_ENV and all(setting in only_line(cpu)[1] for setting in HOROVOD_CPU_ENV)
+    assert not any(setting in only_line(gpu)[1] for setting in HOROVOD_CPU_ENV)
+    assert not any(setting in only_line(base)[1] for setting in HOROVOD_CPU_ENV)  # not staged: nothing known
+    torchrun = replace(cpu, launcher="torchrun", rendezvous_port=29500)
+    assert not any(setting in line for _, line in launch_commands(torchrun) for setting in HOROVOD_CPU_ENV)
+    name = HOROVOD_CPU_ENV[0].split("=")[0]
+    _, argv = only_line(replace(cpu, env=(f"{name}=1",)))
+    assert argv.index(f"{name}=1") > argv.index(HOROVOD_CPU_ENV[0])  # the user's value comes later and wins
