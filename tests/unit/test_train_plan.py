@@ -306,3 +306,11 @@ def test_horovod_s_cpu_settings_apply_where_staging_found_no_gpu():
     name = HOROVOD_CPU_ENV[0].split("=")[0]
     _, argv = only_line(replace(cpu, env=(f"{name}=1",)))
     assert argv.index(f"{name}=1") > argv.index(HOROVOD_CPU_ENV[0])  # the user's value comes later and wins
+
+
+def test_a_built_in_workload_named_by_a_relative_path_is_staged_with_its_library(monkeypatch):
+    from pycli.paths import PROJECT_ROOT
+
+    monkeypatch.chdir(PROJECT_ROOT)
+    (item,) = stage_items(plan(workload="workloads/allreduce.py", data_dir=None))
+    assert (item.src, item.how, str(item.dest)) == (WORKLOADS_DIR, "tree", "/srv/pycli/jobs/j1/workloads")
