@@ -9,6 +9,8 @@ from tests.conftest import TEST_CA_BUNDLE, run_pycli
 
 # One cluster per test session, so sessions running side by side never share nodes.
 CLUSTER = f"pytest-{os.getpid()}"
+# The tests that need a third node share one more cluster, started only when one of them runs.
+CLUSTER3 = f"pytest3-{os.getpid()}"
 
 
 def _docker_answers() -> bool:
@@ -57,3 +59,19 @@ def provisioned_cluster(local_cluster) -> Path:
     if proc.returncode != 0:
         raise AssertionError(f"pycli provision exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
     return local_cluster
+
+
+@pytest.fixture(scope="session")
+def three_nodes(docker_engine, tmp_path_factory) -> Path:
+    """A 3-node cluster, provisioned (Docker left out: no job containers here), for the tests
+    that need a third node (check --deep's pairs, SSH trust between more than two nodes)."""
+    inventory = tmp_path_factory.mktemp("cluster3") / f"local-{CLUSTER3}.ini"
+    run_pycli("cluster", "up", "--name", CLUSTER3, "--nodes", "3", "--slots", "1", "--inventory", str(inventory),
+              "--ca-bundle", TEST_CA_BUNDLE, check=True)
+    try:
+        proc = run_pycli("provision", str(inventory), "--skip-tags", "docker", timeout=3600)
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+        yield inventory
+    finally:
+        if not os.environ.get("PYCLI_KEEP_TEST_CLUSTER"):
+            run_pycli("cluster", "down", "--name", CLUSTER3, check=True)

@@ -1,5 +1,4 @@
-"""`pycli check --deep` on a 3-node local cluster of its own (the one test module that needs a
-third node): a node whose CPU share is cut is named by the compute gate, a node whose link is
+"""`pycli check --deep` on the session's 3-node local cluster (`three_nodes`): a node whose CPU share is cut is named by the compute gate, a node whose link is
 slowed by the pairs through it; `--fence` drains them and jobs leave them out until undrained.
 
 Figures are compared with each other, never with a speed: the faults are far outside the
@@ -15,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TEST_CA_BUNDLE, run_pycli
+from tests.conftest import run_pycli
+from tests.integration.conftest import CLUSTER3
 
 pytestmark = pytest.mark.integration
-CLUSTER3 = f"pytest3-{os.getpid()}"
 
 
 def _container(node: str):
@@ -36,20 +35,6 @@ def _cpus(node: str, share: str) -> None:
 def _on(node: str, command: str) -> None:
     code, output = _container(node).exec_run(["bash", "-c", command])
     assert code == 0, f"{node}: {command}: {output.decode(errors='replace')}"
-
-
-@pytest.fixture(scope="module")
-def three_nodes(docker_engine, tmp_path_factory):
-    inventory = tmp_path_factory.mktemp("cluster3") / f"local-{CLUSTER3}.ini"
-    run_pycli("cluster", "up", "--name", CLUSTER3, "--nodes", "3", "--slots", "1", "--inventory", str(inventory),
-              "--ca-bundle", TEST_CA_BUNDLE, check=True)
-    try:
-        proc = run_pycli("provision", str(inventory), "--skip-tags", "docker", timeout=3600)  # no job containers here
-        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-        yield inventory
-    finally:
-        if not os.environ.get("PYCLI_KEEP_TEST_CLUSTER"):
-            run_pycli("cluster", "down", "--name", CLUSTER3, check=True)
 
 
 def _deep_check(inventory: Path, tmp_path: Path, *extra: str) -> tuple[int, dict]:

@@ -1,0 +1,59 @@
+"""SSH trust on the session's 3-node cluster: the role's one-task check of every node's logins
+to its peers (roles/ssh_trust/files/verify-peers.sh, as verify.yml runs it) passes, and when
+one node no longer authorizes the cluster key, exactly the pairs into that node are named."""
+
+import pytest
+
+from tests.integration.conftest import CLUSTER3
+
+pytestmark = pytest.mark.integration
+SCRIPT = "roles/ssh_trust/files/verify-peers.sh"
+NODES = ("node1", "node2", "node3")
+
+
+def _container(node: str):
+    import docker
+
+    return docker.from_env().containers.get(f"pycli-{CLUSTER3}-{node}")
+
+
+def _run(node: str, command: str) -> tuple[int, str]:
+    code, output = _container(node).exec_run(["bash", "-c", command])
+    return code, output.decode(errors="replace")
+
+
+def _peers(inventory) -> list[str]:
+    from pycli.cluster_model import load_cluster
+
+    cluster = load_cluster(inventory)
+    return [f"{host.name}={host.address}={_run(host.name, 'hostname')[1].strip()}" for host in cluster.hosts]
+
+
+def _verify_from_every_node(inventory) -> dict[str, tuple[int, str]]:
+    from pathlib import Path
+
+    script = (Path(__file__).resolve().parents[2] / SCRIPT).read_text()
+    peers = " ".join(_peers(inventory))
+    answers = {}
+    for place, node in enumerate(NODES):
+        _container(node).exec_run(["bash", "-c", f"cat > /tmp/verify-peers.sh <<'SCRIPT'\n{script}SCRIPT\n"])
+        answers[node] = _run(node, f"bash /tmp/verify-peers.sh 4 2 {place} all {peers} 2>/dev/null")
+    return answers
+
+
+def test_every_pair_passes_and_a_node_without_the_key_is_named_by_exactly_the_pairs_into_it(three_nodes):
+    healthy = _verify_from_every_node(three_nodes)
+    assert all(code == 0 for code, _ in healthy.values()), healthy
+    assert all(out.count("ok ") == 6 for _, out in healthy.values())  # 3 nodes by name and by address
+
+    keys = "~/.ssh/authorized_keys"
+    code, _ = _run("node3", f"cp {keys} /tmp/authorized_keys.kept && grep -v pycli-cluster- /tmp/authorized_keys.kept > {keys}")
+    assert code == 0
+    try:
+        broken = _verify_from_every_node(three_nodes)
+    finally:
+        _run("node3", f"cat /tmp/authorized_keys.kept > {keys}")
+    address3 = _peers(three_nodes)[2].split("=")[1]
+    for node, (code, out) in broken.items():
+        failed = sorted(line.split(":")[0] for line in out.splitlines() if line.startswith("FAIL"))
+        assert code == 1 and failed == sorted(["FAIL node3", f"FAIL {address3}"]), (node, out)
