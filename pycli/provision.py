@@ -141,6 +141,13 @@ class HostView:
         return (self.finished or now) - self.started
 
 
+# The live view of a large cluster (ProvisionView.summary_table): the busiest tasks, the
+# failed hosts named, the slowest running hosts.
+SUMMARY_TASKS = 6
+SUMMARY_NAMES = 8
+SUMMARY_SLOWEST = 3
+
+
 class ProvisionView:
     """Per-host state of a playbook run, folded from ansible-runner events."""
 
@@ -204,8 +211,11 @@ class ProvisionView:
             if view.started is not None and view.finished is None:
                 view.finished = now
 
-    def table(self, live: bool) -> Table:
+    def table(self, live: bool, max_rows: int | None = None) -> Table:
+        """A row per host; the live view past `max_rows` hosts is a summary (summary_table)."""
         now = self.clock()
+        if live and max_rows is not None and len(self.hosts) > max_rows:
+            return self.summary_table(now)
         title = f"play: {self.play}" if live and self.play else None
         table = Table("host", "now" if live else "result", "ok", "changed", "failed", "skipped", "elapsed", title=title)
         for name, view in self.hosts.items():
@@ -215,6 +225,36 @@ class ProvisionView:
                 name, state, str(res.ok), str(res.changed), str(res.failed), str(res.skipped),
                 f"{view.elapsed(now):.0f}s",
             )
+        return table
+
+
+    def summary_table(self, now: float) -> Table:
+        """The live view of more hosts than a screen holds: how many hosts are at each task,
+        how many wait, are through or failed, the failed and unreachable ones by name, and the
+        slowest of those still running. The recap after the run stays a row per host."""
+        running = {name: view for name, view in self.hosts.items()
+                   if view.started is not None and view.finished is None and not view.result.unreachable
+                   and not view.result.failed}
+        by_task: dict[str, int] = {}
+        for view in running.values():
+            by_task[view.task] = by_task.get(view.task, 0) + 1
+        table = Table("hosts", "now", title=f"play: {self.play}" if self.play else None)
+        ranked = sorted(by_task.items(), key=lambda item: (-item[1], item[0]))
+        for task, count in ranked[:SUMMARY_TASKS]:
+            table.add_row(str(count), task)
+        if len(ranked) > SUMMARY_TASKS:
+            table.add_row(str(sum(count for _, count in ranked[SUMMARY_TASKS:])), f"at {len(ranked) - SUMMARY_TASKS} other task(s)")
+        waiting = sum(1 for view in self.hosts.values() if view.started is None)
+        if waiting:
+            table.add_row(str(waiting), "waiting")
+        for label, names in (("failed", [n for n, v in self.hosts.items() if v.result.failed and not v.result.unreachable]),
+                             ("unreachable", [n for n, v in self.hosts.items() if v.result.unreachable])):
+            if names:
+                shown = ", ".join(names[:SUMMARY_NAMES]) + (f" and {len(names) - SUMMARY_NAMES} more" if len(names) > SUMMARY_NAMES else "")
+                table.add_row(str(len(names)), f"{label}: {shown}")
+        slowest = sorted(running.items(), key=lambda item: -item[1].elapsed(now))[:SUMMARY_SLOWEST]
+        if slowest:
+            table.add_row("", "slowest: " + ", ".join(f"{name} {view.elapsed(now):.0f}s ({view.task})" for name, view in slowest))
         return table
 
 
@@ -278,10 +318,11 @@ def provision(cluster: Cluster, request: ProvisionRequest, console: Console | No
 
             result = runner.run(run_request, run_dir, on_event=on_event, cancel=cancel.is_set)
         else:
-            with Live(view.table(True), console=console, refresh_per_second=4, transient=True) as live:
+            rows = max(8, console.height - 8)  # past a screenful of hosts, the live view summarises
+            with Live(view.table(True, rows), console=console, refresh_per_second=4, transient=True) as live:
                 def on_event(event):
                     view.handle(event)
-                    live.update(view.table(True))
+                    live.update(view.table(True, rows))
 
                 result = runner.run(run_request, run_dir, on_event=on_event, cancel=cancel.is_set)
     finally:

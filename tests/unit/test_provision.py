@@ -184,6 +184,32 @@ def test_clean_run_is_0_and_the_table_lists_every_host():
     assert view.table(False).row_count == 2
 
 
+def test_past_a_screenful_the_live_view_summarises_and_the_recap_keeps_every_host():
+    from rich.console import Console
+
+    clock = Clock()
+    names = [f"node{i:03d}" for i in range(1, 201)]
+    view = ProvisionView(names, clock=clock)
+    view.handle(ev("playbook_on_play_start", play="Base system"))
+    for i, name in enumerate(names[:190]):
+        clock.now = 100.0 + i
+        view.handle(ev("runner_on_start", name, task=f"task {i % 8}", role="common"))
+    for name in names[:12]:
+        view.handle(ev("runner_on_failed", name, task="task 0", res={"msg": "disk full"}))
+    view.handle(ev("runner_on_unreachable", "node150", task="task 6", res={"msg": "no route"}))
+    clock.now = 400.0
+    live = view.table(True, max_rows=30)
+    console = Console(record=True, width=200)
+    console.print(live)
+    text = console.export_text()
+    assert live.row_count <= 6 + 1 + 1 + 2 + 1  # tasks, other tasks, waiting, failed/unreachable, slowest
+    rows = [" ".join(line.strip("│ ").split()) for line in text.splitlines()]
+    assert "10 │ waiting" in rows and "23 │ common : task 4" == rows[4]  # the busiest task first
+    assert "failed: node001, node002" in text and "and 4 more" in text and "unreachable: node150" in text
+    assert "slowest: node013 288s (common : task 4)" in text  # the earliest started still running
+    assert view.table(True, max_rows=300).row_count == 200 and view.table(False).row_count == 200
+
+
 def test_a_host_that_never_reached_the_end_of_site_yml_is_incomplete_not_ok():
     view = ProvisionView(["n1", "n2", "n3"], clock=Clock(), end_task=END_TASK)
     for host in ("n1", "n2", "n3"):
