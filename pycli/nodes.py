@@ -125,7 +125,21 @@ def ssh_each(commands: Sequence[tuple[Host, str]], timeout_s: float = 3 * SSH_TI
              shared: bool = False) -> dict[str, NodeOutput]:
     """Each host's own command, all at once over OpenSSH (a new login each unless `shared`); what each answered.
 
-    Shared connections run without a pseudo-terminal: stdout and stderr come back apart."""
+    Shared connections run without a pseudo-terminal: stdout and stderr come back apart. A kept
+    connection can be dead while its master process still runs (the node restarted, or stopped
+    answering): where ssh itself failed through one, the master is closed and the command runs
+    once more, on a new connection."""
+    answers = _ssh_all(commands, timeout_s, shared)
+    if shared:
+        again = [(host, command) for host, command in commands
+                 if (answers[host.name].rc == SSH_FAILED or (answers[host.name].rc or 0) < 0)
+                 and close_shared_connection(host) and answers[host.name].rc == SSH_FAILED]
+        if again:
+            answers.update(_ssh_all(again, timeout_s, shared))
+    return answers
+
+
+def _ssh_all(commands: Sequence[tuple[Host, str]], timeout_s: float, shared: bool) -> dict[str, NodeOutput]:
     started = {}
     for host, command in commands:
         argv = ssh_argv(host, command, tty=not shared, shared=shared)
@@ -141,6 +155,22 @@ def ssh_each(commands: Sequence[tuple[Host, str]], timeout_s: float = 3 * SSH_TI
             err += f"\nno answer within {timeout_s:g} s"
         answers[name] = NodeOutput(name, proc.returncode, out.replace("\r", ""), err.replace("\r", ""))
     return answers
+
+
+def close_shared_connection(host: Host) -> bool:
+    """Close the kept connection to `host` (ssh_argv's `shared`), if one is open; whether one was."""
+    def control(operation: str) -> int:
+        argv = ["ssh", "-o", f"ControlPath={ssh_control_dir() / '%C'}", "-p", str(host.port), *host.ssh_options,
+                "-l", host.login_user, "-O", operation, "--", host.address]
+        try:
+            return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=SSH_TIMEOUT_S).returncode
+        except subprocess.TimeoutExpired:
+            return -1
+
+    if control("check") != 0:
+        return False
+    control("exit")
+    return True
 
 
 class RemoteProcess:

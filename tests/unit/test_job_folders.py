@@ -312,3 +312,35 @@ def test_what_the_stage_script_says_is_read_line_by_line():
                        f"need {'a' * 32}\ncpus 64\ngpus 8\nport 41234\nnoise\n")
     assert (said.cpus, said.gpus, said.port, said.needs) == (64, 8, 41234, {"a" * 32})
     assert said.removed == ("20261124-100000-101",) and said.kept_back == ("rm: cannot remove 'x/last.pt': Permission denied",)
+
+
+def test_a_dead_kept_connection_is_closed_and_the_command_runs_once_more(tmp_path, monkeypatch):
+    """The node restarted: its kept connection's master runs on but ssh fails through it (255)."""
+    from pycli.cluster_model import Host
+    from pycli.nodes import ssh_each
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # n1: a stale master (check finds it; commands fail until it is told to exit); n2: down, no master.
+    (bin_dir / "ssh").write_text(f"""#!/bin/bash
+host=${{@: -1}}; [ "${{@: -4:1}}" = "-O" ] && op=${{@: -3:1}} || {{ op=run; host=${{@: -2:1}}; }}
+echo "$op $host" >> {tmp_path}/calls
+case $op:$host in
+    check:10.0.0.1) [ -e {tmp_path}/closed ] && exit 255 || exit 0 ;;
+    exit:10.0.0.1) touch {tmp_path}/closed; exit 0 ;;
+    check:*|exit:*) exit 255 ;;
+    run:10.0.0.1) [ -e {tmp_path}/closed ] && {{ echo fine; exit 0; }}; echo "mux_client_request_session: read from master failed" >&2; exit 255 ;;
+    run:*) echo "ssh: connect to host $host port 22: No route to host" >&2; exit 255 ;;
+esac
+""")
+    (bin_dir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    hosts = [Host("n1", "10.0.0.1"), Host("n2", "10.0.0.2")]
+    answers = ssh_each([(h, "true") for h in hosts], shared=True)
+    assert answers["n1"].ok and answers["n1"].stdout == "fine\n"
+    assert answers["n2"].rc == 255 and "No route" in answers["n2"].why()
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls.count("run 10.0.0.1") == 2 and calls.count("run 10.0.0.2") == 1  # the down node is not tried twice
+    (tmp_path / "calls").unlink()
+    assert ssh_each([(hosts[1], "true")])["n2"].rc == 255  # a new login each time: never retried
+    assert (tmp_path / "calls").read_text().splitlines() == ["run 10.0.0.2"]
