@@ -18,8 +18,8 @@ import shlex
 import subprocess
 import tarfile
 import tempfile
-import threading
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
@@ -41,6 +41,8 @@ DIGEST_CHARS = 32
 # How long staging may take on one node: its store may lack a dataset.
 STAGE_TIMEOUT_S = 30 * 60
 DEFAULT_JOBS_KEPT = 20
+# Tar streams sent at once, one per node that lacks something.
+SENDS_AT_ONCE = 32
 # What the stage script's lines start with (node_files/stage-job.sh).
 KINDS = ("tree", "file", "data", "direct")
 
@@ -233,13 +235,10 @@ def stage(plan: JobPlan, run_dir: Path, container_files: Path | None = None, dis
     receive = {host: [i for i in items if i.digest in said[host.name].needs] for host in plan.hosts}
     receive = {host: wanted for host, wanted in receive.items() if wanted}
     if receive:
-        answers: dict[str, NodeOutput] = {}
-        threads = [threading.Thread(target=lambda h=host, w=wanted: answers.__setitem__(
-            h.name, _receive(h, stage_command(plan, "receive", items, port=False), w))) for host, wanted in receive.items()]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        command = stage_command(plan, "receive", items, port=False)
+        with ThreadPoolExecutor(max_workers=min(SENDS_AT_ONCE, len(receive))) as pool:
+            sent = pool.map(lambda pair: _receive(pair[0], command, pair[1]), receive.items())
+            answers = {out.host: out for out in sent}
         if (error := _failure("staging the job", answers)) is not None:
             raise error
     (run_dir / "stage.txt").write_text("".join(line + "\n" for line in log))
