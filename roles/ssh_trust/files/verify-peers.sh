@@ -54,6 +54,7 @@ probe() {
     for ((try = 1; try <= attempts; try++)); do
         out=$(ssh -o BatchMode=yes -o StrictHostKeyChecking=yes -o ConnectTimeout=10 -- "$target" hostname 2>&1 </dev/null)
         rc=$?
+        out=${out//$'\r'/}
         if [ "$rc" -eq 0 ]; then
             if [ "$out" = "$expected" ]; then echo "ok $target"; else echo "FAIL $target: answered '$out', not '$expected'"; fi
             return 0
