@@ -1,6 +1,7 @@
 """`pycli provision` against the real local cluster: a failure, an unreachable host, the recap."""
 
 import json
+import re
 
 import pytest
 
@@ -54,3 +55,30 @@ def test_bad_input_is_exit_2_and_leaves_no_run_folder(local_cluster, tmp_path, a
     proc = run_pycli("provision", *argv, "--playbook", str(PLAYBOOK), env={"PYCLI_RUNS": str(tmp_path / "runs")})
     assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1
     assert not (tmp_path / "runs").exists()
+
+
+def _node_shell(node: str, command: str) -> tuple[int, str]:
+    import docker
+
+    from tests.integration.conftest import CLUSTER
+
+    code, out = docker.from_env().containers.get(f"pycli-{CLUSTER}-{node}").exec_run(["sh", "-c", command])
+    return code, out.decode()
+
+
+def test_an_inventory_name_the_nodes_cannot_resolve_goes_into_every_nodes_etc_hosts(provisioned_cluster, tmp_path):
+    # Docker's DNS resolves node1 and node2; an inventory name it does not know makes the
+    # common role's one getent of all the names fail, and the role writes /etc/hosts entries.
+    inventory = tmp_path / "alias.ini"
+    inventory.write_text(re.sub(r"(?m)^node2 ", "pycli-alias-node2 ", provisioned_cluster.read_text()))
+    address = re.search(r"(?m)^node2 ansible_host=(\S+)", provisioned_cluster.read_text()).group(1)
+    try:
+        proc = run_pycli("provision", str(inventory), "--tags", "common", env={"PYCLI_RUNS": str(tmp_path / "runs")})
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+        for node in ("node1", "node2"):
+            code, out = _node_shell(node, "getent ahostsv4 pycli-alias-node2")
+            assert code == 0 and out.startswith(address), (node, out)
+    finally:
+        for node in ("node1", "node2"):  # /etc/hosts is a bind mount: rewrite it in place
+            _node_shell(node, "sed '/# BEGIN pycli cluster nodes/,/# END pycli cluster nodes/d' /etc/hosts > /tmp/hosts"
+                              " && cat /tmp/hosts > /etc/hosts")
