@@ -313,3 +313,23 @@ def hosts_matching(path: Path, limit: str) -> list[str]:
             return [host.name for host in inventory.get_hosts("all")] + implicit
         except AnsibleError as exc:
             raise BadInput(f"--limit {limit!r}: {str(exc).splitlines()[0]}") from None
+
+
+def hosts_targeted(path: Path, pattern: str = "all", limit: str | None = None) -> list[str]:
+    """The inventory's hosts that a run over `pattern` with `--limit limit` works on (a
+    playbook's run: pattern "all"; its plays may take fewer)."""
+    from ansible._internal._display_utils import DeferredWarningContext
+    from ansible.errors import AnsibleError
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    from pycli.errors import BadInput
+
+    with DeferredWarningContext(variables={}):  # Ansible says its own warnings when it runs
+        try:
+            inventory = InventoryManager(loader=DataLoader(), sources=[str(path.resolve())])
+            if limit:
+                inventory.subset(limit)
+            return [host.name for host in inventory.get_hosts(pattern)]
+        except AnsibleError as exc:
+            raise BadInput(f"{path}: hosts {pattern!r}{f' --limit {limit!r}' if limit else ''}: {str(exc).splitlines()[0]}") from None

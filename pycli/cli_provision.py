@@ -8,6 +8,7 @@ import typer
 
 from pycli.cli_options import INVENTORY_HELP, INVENTORY_OPTION, load_inventory, required_inventory
 from pycli.provision import SITE_PLAYBOOK, ProvisionRequest, provision
+from pycli.runner import FORKS_DEFAULT_HELP
 
 
 def provision_cmd(
@@ -18,7 +19,7 @@ def provision_cmd(
     skip_tags: str | None = typer.Option(None, "--skip-tags", help="Skip these roles/steps."),
     check: bool = typer.Option(False, "--check", help="Say what would change, change nothing."),
     extra_vars: list[str] = typer.Option([], "--extra-vars", "-e", help="key=value or @vars.yml; repeatable."),
-    forks: int | None = typer.Option(None, "--forks", "-f", help="Hosts worked on at once (default: ansible.cfg's)."),
+    forks: int | None = typer.Option(None, "--forks", "-f", help=f"Hosts worked on at once (default: {FORKS_DEFAULT_HELP})."),
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="Show Ansible's own output (-vv, -vvv: more)."),
     playbook: Path = typer.Option(SITE_PLAYBOOK, "--playbook", help="Another playbook of this project to apply."),
     offline: bool = typer.Option(

@@ -7,6 +7,7 @@ events into per-host state and renders it; `provision()` wires them to `runner.r
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import threading
@@ -97,8 +98,6 @@ class ProvisionRequest:
 
 def build_request(cluster: Cluster, request: ProvisionRequest) -> runner.RunRequest:
     """The runner's request for applying `request.playbook` to the cluster's inventory."""
-    if request.forks is not None and request.forks < 1:
-        raise BadInput(f"--forks must be at least 1, got {request.forks}")
     if not request.playbook.is_file():
         raise BadInput(f"playbook {request.playbook} does not exist")
     for flag, tags in (("--tags", request.tags), ("--skip-tags", request.skip_tags)):
@@ -115,7 +114,7 @@ def build_request(cluster: Cluster, request: ProvisionRequest) -> runner.RunRequ
         raise BadInput(f"{', '.join(unknown)}: not in {cluster.inventory_path}")
     offline = {"pycli_offline": True} if request.offline else {}
     only = {"pycli_hosts": ":".join(request.hosts)} if request.hosts else {}
-    return runner.RunRequest(
+    run_request = runner.RunRequest(
         inventory=cluster.inventory_path,
         playbook=request.playbook,
         extravars={**parse_extra_vars(request.extra_vars), **offline, **only},
@@ -126,6 +125,7 @@ def build_request(cluster: Cluster, request: ProvisionRequest) -> runner.RunRequ
         forks=request.forks,
         verbosity=request.verbosity,
     )
+    return replace(run_request, forks=runner.forks_for(run_request))  # refused here, before any run folder
 
 
 @dataclass
@@ -301,7 +301,8 @@ def provision(cluster: Cluster, request: ProvisionRequest, console: Console | No
     cancel = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
     doing = f"{len(request.hosts)} unfinished host(s) ({', '.join(request.hosts)})" if request.hosts else f"{len(view.hosts)} host(s)"
-    console.print(f"provisioning {doing} with {request.playbook.name}; run folder {run_dir}")
+    forks = f"{run_request.forks} forks" if run_request.forks else f"ANSIBLE_FORKS={os.environ['ANSIBLE_FORKS']} forks"
+    console.print(f"provisioning {doing} with {request.playbook.name}, {forks}; run folder {run_dir}")
     started = time.monotonic()
     shown_notes = 0
     try:

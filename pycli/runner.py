@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pycli.paths import PROJECT_ROOT
@@ -32,6 +32,45 @@ ENV_ALLOWED = (
     "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR",
     "PIP_",  # the cache stage runs `pip download` on the controller (a mirror, its CA)
 )
+
+# Forks per controller core when pycli picks the number itself. An Ansible fork spends nearly
+# all its time waiting: on SSH round trips and on the module running on the node, not on the
+# controller's CPU. One core keeps about 25 of them busy before the controller, not the nodes,
+# becomes what a play waits for (ansible.cfg's old fixed 50 was this on 2 cores).
+FORKS_PER_CORE = 25
+# Never fewer than Ansible's own default: a run over 1 host still gets the implicit localhost.
+MIN_FORKS = 5
+FORKS_DEFAULT_HELP = (
+    f"the hosts the run targets, at most {FORKS_PER_CORE} per controller core and at least {MIN_FORKS}; "
+    "ANSIBLE_FORKS when set"
+)
+
+
+def default_forks(hosts: int, cores: int | None) -> int:
+    """Forks for a run over `hosts` hosts on a controller with `cores` cores: one per host, at
+    most FORKS_PER_CORE a core, at least MIN_FORKS (`cores` None: os.cpu_count() did not know)."""
+    return max(MIN_FORKS, min(hosts, FORKS_PER_CORE * (cores or 1)))
+
+
+def forks_for(request: RunRequest, environ: Mapping[str, str] = os.environ, cores: int | None = None) -> int | None:
+    """The forks a run passes to Ansible: the request's own (--forks); None when ANSIBLE_FORKS
+    is set (Ansible reads it: it reaches Ansible through ENV_ALLOWED); else default_forks over
+    the hosts the request targets."""
+    from pycli.errors import BadInput
+
+    if request.forks is not None:
+        if request.forks < 1:
+            raise BadInput(f"--forks must be at least 1, got {request.forks}")
+        return request.forks
+    if "ANSIBLE_FORKS" in environ:
+        value = environ["ANSIBLE_FORKS"]
+        if not value.strip().isdigit() or int(value) < 1:
+            raise BadInput(f"ANSIBLE_FORKS={value!r}: expected a whole number of at least 1")
+        return None
+    from pycli.ansible_inventory import hosts_targeted  # imports Ansible: only when counting
+
+    return default_forks(len(hosts_targeted(request.inventory, request.pattern, request.limit)), cores or os.cpu_count())
+
 
 HOST_EVENTS = {
     "runner_on_ok": "ok",
@@ -55,7 +94,7 @@ class RunRequest:
     tags: str | None = None
     skip_tags: str | None = None
     check: bool = False
-    forks: int | None = None
+    forks: int | None = None  # None: run() picks them (forks_for)
     verbosity: int = 0
 
     def runner_kwargs(self, run_dir: Path, extravars_file: Path | None = None) -> dict[str, object]:
@@ -243,6 +282,7 @@ def run(
     """
     from ansible_runner.interface import init_runner  # slow to import; only commands that run Ansible pay for it
 
+    request = replace(request, forks=forks_for(request))  # bad forks refused before the run folder is made
     run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     hosts: dict[str, HostResult] = {}
 

@@ -138,3 +138,20 @@ def test_arguments_after_the_double_dash_are_the_workload_s_when_none_is_named(t
     argv = ["train", "--np", "4", "-i", str(inventory), "--max-restarts", "1", "--min-np", "9", "--", "--epochs", "1"]
     assert main(argv) == 2
     assert capsys.readouterr().err == "pycli: error: --min-np 9: give a number of ranks from 1 to --np 4\n"
+
+
+@pytest.mark.parametrize(("argv", "environ", "message"), [
+    (["--forks", "0"], {}, "--forks must be at least 1, got 0"),
+    (["-f", "-3"], {}, "--forks must be at least 1, got -3"),
+    ([], {"ANSIBLE_FORKS": "0"}, "ANSIBLE_FORKS='0': expected a whole number of at least 1"),
+])
+def test_provision_refuses_forks_below_one_in_one_line(argv, environ, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PYCLI_RUNS", str(tmp_path / "runs"))
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    inventory = tmp_path / "a.ini"
+    inventory.write_text(INVENTORY)
+    assert main(["provision", str(inventory), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err == f"pycli: error: {message}\n"
+    assert not (tmp_path / "runs").exists()  # refused before any run folder

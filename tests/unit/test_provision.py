@@ -310,3 +310,15 @@ def test_retry_after_a_run_that_finished_everything_runs_nothing(tmp_path, monke
     assert provision(cluster, ProvisionRequest(retry=True), console=console) == 0
     assert "nothing to retry" in console.export_text()
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["20260102-000000-provision"]  # no new run
+
+
+def test_the_request_carries_forks_computed_from_the_inventory_unless_ansible_forks_is_set(tmp_path, monkeypatch):
+    from pycli.runner import default_forks
+
+    monkeypatch.delenv("ANSIBLE_FORKS", raising=False)
+    cluster = read_from(tmp_path / "hosts.ini")
+    assert build_request(cluster, ProvisionRequest()).forks == default_forks(len(cluster.hosts), os.cpu_count())
+    assert build_request(cluster, ProvisionRequest(forks=7)).forks == 7
+    monkeypatch.setenv("ANSIBLE_FORKS", "9")
+    assert build_request(cluster, ProvisionRequest()).forks is None
+    assert build_request(cluster, ProvisionRequest(forks=7)).forks == 7

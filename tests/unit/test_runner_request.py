@@ -1,6 +1,7 @@
 """The pure half of the ansible-runner adapter: requests in, runner arguments and results out."""
 
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,62 @@ def test_a_failed_command_is_told_by_its_stderr_and_a_failed_loop_by_its_failed_
         "results": [{"failed": False, "msg": "ok"}, {"failed": True, "msg": "Could not find or access 'x.py'"}]}))
     assert hosts["n1"].messages == ["install openmpi: docker: no such image: x:1."]
     assert hosts["n2"].messages == ["install openmpi: Could not find or access 'x.py'"]
+
+
+# Forks: --forks, else ANSIBLE_FORKS, else one per targeted host up to FORKS_PER_CORE a core.
+
+@pytest.mark.parametrize(("hosts", "cores", "forks"), [
+    (0, 2, 5), (1, 2, 5), (2, 16, 5),          # few hosts: Ansible's own default is the floor
+    (8, 2, 8), (50, 2, 50),                    # every host at once while the cores keep up
+    (51, 2, 50), (512, 2, 50), (512, 4, 100),  # many hosts: 25 a core
+    (512, 64, 512), (2000, 64, 1600),
+    (40, None, 25),                            # os.cpu_count() unknown: one core
+])
+def test_default_forks_follow_the_hosts_up_to_25_a_core_and_at_least_5(hosts, cores, forks):
+    from pycli.runner import default_forks
+
+    assert default_forks(hosts, cores) == forks
+
+
+def _nodes_inventory(tmp_path, count):
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("[nodes]\n" + "".join(f"n{i} ansible_host=10.0.0.{i}\n" for i in range(1, count + 1)))
+    return inventory
+
+
+def test_forks_count_the_hosts_the_pattern_and_limit_leave(tmp_path):
+    from pycli.runner import forks_for
+
+    inventory = _nodes_inventory(tmp_path, 120)
+    playbook = RunRequest(inventory=inventory, playbook=Path("site.yml"))
+    assert forks_for(playbook, environ={}, cores=2) == 50
+    assert forks_for(playbook, environ={}, cores=8) == 120
+    assert forks_for(replace(playbook, limit="n1*"), environ={}, cores=8) == 32  # n1, n10-n19, n100-n120
+    adhoc = RunRequest(inventory=inventory, pattern="n1,n2,n3,n4,n5,n6,n7", module="ping")
+    assert forks_for(adhoc, environ={}, cores=1) == 7
+
+
+def test_forks_given_or_ansible_forks_win_over_the_computed_number(tmp_path):
+    from pycli.runner import forks_for
+
+    request = RunRequest(inventory=_nodes_inventory(tmp_path, 120), playbook=Path("site.yml"))
+    assert forks_for(replace(request, forks=3), environ={"ANSIBLE_FORKS": "7"}, cores=2) == 3
+    assert forks_for(request, environ={"ANSIBLE_FORKS": "7"}, cores=2) is None  # Ansible reads it itself
+    assert request.runner_kwargs(tmp_path / "run").get("forks") is None
+    assert replace(request, forks=3).runner_kwargs(tmp_path / "run")["forks"] == 3
+
+
+@pytest.mark.parametrize(("forks", "environ", "message"), [
+    (0, {}, "--forks must be at least 1, got 0"),
+    (-2, {}, "--forks must be at least 1, got -2"),
+    (None, {"ANSIBLE_FORKS": "0"}, "ANSIBLE_FORKS='0': expected a whole number of at least 1"),
+    (None, {"ANSIBLE_FORKS": "many"}, "ANSIBLE_FORKS='many': expected a whole number of at least 1"),
+])
+def test_forks_below_one_are_bad_input(tmp_path, forks, environ, message):
+    from pycli.errors import BadInput
+    from pycli.runner import forks_for
+
+    request = RunRequest(inventory=_nodes_inventory(tmp_path, 2), playbook=Path("site.yml"), forks=forks)
+    with pytest.raises(BadInput) as caught:
+        forks_for(request, environ=environ, cores=2)
+    assert str(caught.value) == message
