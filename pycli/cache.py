@@ -2,7 +2,8 @@
 
 The cache (`$PYCLI_CACHE`, default ~/.cache/pycli) holds what the roles install:
 `downloads/` (source tarballs, each checked against a pinned sha256), `wheelhouse/<key>/`
-(one per node Python and platform, filled from a lock that pins every wheel by sha256) and
+(one per node Python and platform, filled from a lock that pins every wheel by sha256, and
+beside it `<key>.tar`, the same wheels as the one archive nodes get) and
 `artifacts/` (Open MPI and Horovod built once, each beside a `.sha256`). The cache stage
 (playbooks/cache.yml, `pycli fetch`) fills it; `export` and `import` carry a filled cache to
 a controller with no internet, where `pycli provision --offline` downloads nothing.
@@ -145,6 +146,8 @@ def _carried_files(root: Path) -> Iterator[Path]:
                 continue
             if path.name.endswith((".lock", ".partial", ".part")) or any(part.startswith(".partial-") for part in rel.parts):
                 continue
+            if top == "wheelhouse" and len(rel.parts) == 2 and path.name.endswith((".tar", ".tar.sha256")):
+                continue  # a wheelhouse's archive: packed again from its folder when a node needs it
             yield rel
 
 

@@ -62,6 +62,26 @@ def test_runs_publishing_one_entry_at_once_leave_it_whole(tmp_path):
     assert sum(out.startswith("published") for out in outputs) == 1
     assert entry("check", target).stdout.strip() == sha(target.read_bytes())
 
+def test_a_packed_folder_is_one_entry_whose_sha256_follows_the_files_only(tmp_path):
+    folder, archive = tmp_path / "wheelhouse" / "cp311-x86_64-abc", tmp_path / "wheelhouse" / "cp311-x86_64-abc.tar"
+    folder.mkdir(parents=True)
+    (folder / "a.whl").write_bytes(b"wheel a")
+    assert entry("pack", folder, archive).stdout.startswith("packed")
+    first = entry("check", archive).stdout.strip()
+    assert first == sha(archive.read_bytes())
+    with tarfile.open(archive) as tar:
+        assert sorted(tar.getnames()) == [".", "./a.whl"] and {m.uid for m in tar.getmembers()} == {0}
+
+    (folder / "a.whl").touch()  # a newer time, the same bytes: the same archive
+    assert entry("pack", folder, archive).stdout.startswith("kept")
+    (folder / "b.whl").write_bytes(b"wheel b")
+    assert entry("pack", folder, archive).stdout.startswith("packed")
+    assert entry("check", archive).stdout.strip() not in ("", first)
+
+    missing = subprocess.run([str(ENTRY_SCRIPT), "pack", str(tmp_path / "none"), str(tmp_path / "none.tar")],
+                             capture_output=True, text=True)
+    assert missing.returncode == 1 and "no folder" in missing.stderr and not (tmp_path / "none.tar").exists()
+
 def test_wheel_pins_and_lock_format():
     assert cache.wheel_pin("torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl") == ("torch", "2.13.0+cpu")
     assert cache.wheel_pin("typing_extensions-4.16.0-py3-none-any.whl") == ("typing-extensions", "4.16.0")
@@ -91,6 +111,7 @@ def fill(root: Path) -> None:
     (root / "wheelhouse" / "cp311-x86_64-abc").mkdir(parents=True)
     (root / "wheelhouse" / "cp311-x86_64-abc" / "torch.whl").write_bytes(b"torch")
     (root / "wheelhouse" / "cp311-x86_64-abc.lock").write_bytes(b"")
+    entry("pack", root / "wheelhouse" / "cp311-x86_64-abc", root / "wheelhouse" / "cp311-x86_64-abc.tar")  # not carried
     (root / "artifacts").mkdir()
     (root / "artifacts" / "openmpi.tar.gz").write_bytes(b"built")
     (root / "artifacts" / "openmpi.tar.gz.sha256").write_text(f"{sha(b'built')}  openmpi.tar.gz\n")
