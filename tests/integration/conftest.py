@@ -64,12 +64,15 @@ def provisioned_cluster(local_cluster) -> Path:
 @pytest.fixture(scope="session")
 def three_nodes(docker_engine, tmp_path_factory) -> Path:
     """A 3-node cluster, provisioned (Docker left out: no job containers here), for the tests
-    that need a third node (check --deep's pairs, SSH trust between more than two nodes)."""
+    that need a third node (check --deep's pairs, SSH trust between more than two nodes,
+    artifacts passed from node to node). The provisioning's run folder is in runs/ beside
+    the inventory."""
     inventory = tmp_path_factory.mktemp("cluster3") / f"local-{CLUSTER3}.ini"
     run_pycli("cluster", "up", "--name", CLUSTER3, "--nodes", "3", "--slots", "1", "--inventory", str(inventory),
               "--ca-bundle", TEST_CA_BUNDLE, check=True)
     try:
-        proc = run_pycli("provision", str(inventory), "--skip-tags", "docker", timeout=3600)
+        proc = run_pycli("provision", str(inventory), "--skip-tags", "docker", timeout=3600,
+                         env={"PYCLI_RUNS": str(inventory.parent / "runs")})
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
         yield inventory
     finally:
