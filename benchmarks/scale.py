@@ -1,11 +1,17 @@
 #!/usr/bin/env python3
 """Provisioning cost against cluster size, on light local nodes.
 
-    .venv/bin/python benchmarks/scale.py [--nodes 1,2,4,8,16] [--stages ssh_trust] [--json figures.json]
+    .venv/bin/python benchmarks/scale.py [--nodes 1,2,4,8,16] [--stages ssh_trust] [--artifact-mb 64]
+        [--json figures.json]
 
 For each N: a fresh local cluster of N nodes (`pycli cluster up --name scale --nodes N`), then
 for each stage (a tag of playbooks/site.yml, docs/tags.md) a first run and a no-change run of
-`pycli provision --tags STAGE`, then `pycli cluster down`. Per run it prints:
+`pycli provision --tags STAGE`, then `pycli cluster down`. Two more stages send an artifact
+(--artifact-mb of random bytes, a whole entry of a controller cache of its own) to every node
+with playbooks/fanout.yml, the way the roles send Open MPI, the Horovod wheel and the
+wheelhouse: `artifact` passes it on from node to node (it needs the nodes' SSH trust: put it
+after common,ssh_trust), `artifact-from-controller` sends it from the controller to each node
+(artifact_cache_fanout=false), the other side of the comparison. Per run it prints:
 
 - wall: seconds the provisioning command took;
 - controller CPU: user + system seconds of the whole pycli process tree (Ansible's forks
@@ -29,12 +35,12 @@ and a bridge instead of having their own and a real link. The script judges noth
 from __future__ import annotations
 
 import argparse
-import configparser
 import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -48,6 +54,8 @@ TASK_EVENTS = {"runner_on_ok", "runner_on_failed", "runner_on_skipped", "runner_
 ITEM_EVENTS = {"runner_item_on_ok", "runner_item_on_failed", "runner_item_on_skipped"}
 FIGURES = ("wall_s", "cpu_s", "sent_mb", "inbound_mb", "tasks_per_host", "items_per_host")
 COUNTER = "pycli-scale"
+# Stages that are not tags of site.yml: playbooks/fanout.yml with these extra variables.
+ARTIFACT_STAGES = {"artifact": [], "artifact-from-controller": ["-e", "artifact_cache_fanout=false"]}
 
 
 @dataclass
@@ -122,11 +130,31 @@ def per_host(run_folder: Path, events: set[str]) -> Counter:
     return counts
 
 
-def provision(inventory: Path, stage: str, env: dict[str, str], bridge: str) -> tuple[float, float, float, float, Path, int]:
-    """One `pycli provision --tags STAGE`: wall s, CPU s of its process tree, MB sent, MB inbound, run folder, failed hosts."""
+def stage_argv(stage: str, artifact: Path) -> list[str]:
+    """What `pycli provision INVENTORY` gets for a stage: its tag, or the fan-out playbook for an artifact stage."""
+    if stage not in ARTIFACT_STAGES:
+        return ["--tags", stage]
+    return ["--playbook", "playbooks/fanout.yml", "-e", f"fanout_entry={artifact}",
+            "-e", f"fanout_dest=/var/cache/pycli/scale/{stage}", *ARTIFACT_STAGES[stage]]
+
+
+def make_artifact(folder: Path, megabytes: int) -> Path:
+    """A whole entry of a controller cache (the file and its .sha256) of random bytes."""
+    partial = folder / "artifact.partial"
+    with open(partial, "wb") as out:
+        for _ in range(megabytes):
+            out.write(os.urandom(1_000_000))
+    entry = folder / "artifacts" / f"scale-{megabytes}mb"
+    subprocess.run([str(ROOT / "roles" / "artifact_cache" / "files" / "cache_entry.sh"), "publish", str(partial), str(entry)],
+                   check=True, capture_output=True)
+    return entry
+
+
+def provision(inventory: Path, argv: list[str], env: dict[str, str], bridge: str) -> tuple[float, float, float, float, Path, int]:
+    """One `pycli provision INVENTORY ARGV`: wall s, CPU s of its process tree, MB sent, MB inbound, run folder, failed hosts."""
     sent_before, inbound_before = own_bytes_sent(), bridge_tx_bytes(bridge)
     started = time.monotonic()
-    proc = subprocess.Popen([str(PYCLI), "provision", str(inventory), "--tags", stage], cwd=ROOT, env=env,
+    proc = subprocess.Popen([str(PYCLI), "provision", str(inventory), *argv], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     output = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -135,14 +163,14 @@ def provision(inventory: Path, stage: str, env: dict[str, str], bridge: str) -> 
     sent, inbound = (own_bytes_sent() - sent_before) / 1e6, (bridge_tx_bytes(bridge) - inbound_before) / 1e6
     found = re.search(r"details in (\S+)", output)
     if not found:
-        sys.exit(f"pycli provision --tags {stage} (exit {proc.returncode}) named no run folder:\n{output[-3000:]}")
+        sys.exit(f"pycli provision {' '.join(argv)} (exit {proc.returncode}) named no run folder:\n{output[-3000:]}")
     run_folder = Path(found.group(1))
     recap = json.loads((run_folder / "recap.json").read_text())["hosts"]
     failed = sum(1 for state in recap.values() if state != "ok")
     return wall, usage.ru_utime + usage.ru_stime, sent, inbound, run_folder, failed
 
 
-def measure(sizes: list[int], stages: list[str], ca_bundle: str, env: dict[str, str]) -> list[Run]:
+def measure(sizes: list[int], stages: list[str], ca_bundle: str, env: dict[str, str], artifact: Path) -> list[Run]:
     runs: list[Run] = []
     inventory = ROOT / "inventory" / f"local-{CLUSTER}.ini"
     for nodes in sizes:
@@ -153,7 +181,7 @@ def measure(sizes: list[int], stages: list[str], ca_bundle: str, env: dict[str, 
         try:
             for stage in stages:
                 for kind in ("first", "no-change"):
-                    wall, cpu, sent, inbound, folder, failed = provision(inventory, stage, env, bridge)
+                    wall, cpu, sent, inbound, folder, failed = provision(inventory, stage_argv(stage, artifact), env, bridge)
                     tasks, items = per_host(folder, TASK_EVENTS), per_host(folder, ITEM_EVENTS)
                     run = Run(nodes, stage, kind, round(wall, 1), round(cpu, 1), round(sent, 2), round(inbound, 2),
                               max(tasks.values(), default=0), max(items.values(), default=0), failed)
@@ -166,13 +194,16 @@ def measure(sizes: list[int], stages: list[str], ca_bundle: str, env: dict[str, 
     return runs
 
 
-def configured_forks() -> str:
-    config = configparser.ConfigParser()
-    config.read(ROOT / "ansible.cfg")
-    return os.environ.get("ANSIBLE_FORKS") or config.get("defaults", "forks", fallback="5")
+def forks_in_use() -> str:
+    if os.environ.get("ANSIBLE_FORKS"):
+        return f"{os.environ['ANSIBLE_FORKS']} (ANSIBLE_FORKS)"
+    sys.path.insert(0, str(ROOT))
+    from pycli.runner import FORKS_DEFAULT_HELP
+
+    return f"pycli's default: {FORKS_DEFAULT_HELP.split(';')[0]}"
 
 
-def report(runs: list[Run]) -> None:
+def report(runs: list[Run], artifact_mb: int) -> None:
     print(f"\n# Provisioning against cluster size, {time.strftime('%Y-%m-%d %H:%M')}\n")
     print("| stage | run | nodes | wall s | controller CPU s | sent MB | inbound MB | tasks per host | loop items per host | failed |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -189,7 +220,9 @@ def report(runs: list[Run]) -> None:
                 a, b = fit([(r.nodes, getattr(r, figure)) for r in chosen])
                 predicted = " | ".join(f"{a + b * n:.1f}" for n in PREDICT_AT)
                 print(f"| {stage} | {kind} | {figure} | {a:.2f} | {b:.3f} | {predicted} |")
-    print(f"\nAssumptions: forks = {configured_forks()} (ansible.cfg or ANSIBLE_FORKS); the controller has "
+    if any(r.stage in ARTIFACT_STAGES for r in runs):
+        print(f"\nThe artifact stages send {artifact_mb} MB; sent MB over that is the copies the controller sent.")
+    print(f"\nAssumptions: forks = {forks_in_use()}; the controller has "
           f"{os.cpu_count()} cores; the nodes are containers that share those cores and a Docker bridge, "
           "so per-node work done on the nodes (and the time it takes) lands on the same cores as the "
           "controller's, and the link is memory, not a network. A line fitted to N <= 16 says nothing "
@@ -199,7 +232,9 @@ def report(runs: list[Run]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", default="1,2,4,8,16", help="cluster sizes, comma-separated (default 1,2,4,8,16)")
-    parser.add_argument("--stages", default="ssh_trust", help="tags of site.yml, comma-separated (default ssh_trust)")
+    parser.add_argument("--stages", default="ssh_trust",
+                        help="tags of site.yml, or artifact / artifact-from-controller, comma-separated (default ssh_trust)")
+    parser.add_argument("--artifact-mb", type=int, default=64, help="size of the artifact stages' file in MB (default 64)")
     parser.add_argument("--ca-bundle", default="/etc/ssl/certs/ca-certificates.crt", help="CA bundle for the nodes")
     parser.add_argument("--json", type=Path, help="also write every run's figures here")
     args = parser.parse_args()
@@ -207,8 +242,12 @@ def main() -> int:
         parser.error(f"--nodes takes sizes of at least 1 separated by commas, not {args.nodes!r}")
     sizes = sorted({int(n) for n in args.nodes.split(",")})
     stages = [s for s in args.stages.split(",") if s]
-    runs = measure(sizes, stages, args.ca_bundle, dict(os.environ))
-    report(runs)
+    if args.artifact_mb < 1:
+        parser.error(f"--artifact-mb takes a size of at least 1, not {args.artifact_mb}")
+    with tempfile.TemporaryDirectory(prefix="pycli-scale-") as folder:
+        artifact = make_artifact(Path(folder), args.artifact_mb) if set(stages) & set(ARTIFACT_STAGES) else Path(folder)
+        runs = measure(sizes, stages, args.ca_bundle, dict(os.environ), artifact)
+    report(runs, args.artifact_mb)
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in runs], indent=2))
     return 0

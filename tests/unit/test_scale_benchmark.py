@@ -68,3 +68,28 @@ def test_bad_sizes_are_one_line_and_exit_2(nodes):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "--nodes takes sizes of at least 1 separated by commas" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_a_tag_stage_runs_site_yml_and_an_artifact_stage_the_fan_out_playbook(tmp_path):
+    assert scale.stage_argv("ssh_trust", tmp_path / "x") == ["--tags", "ssh_trust"]
+    entry = tmp_path / "artifacts" / "scale-1mb"
+    fanned = scale.stage_argv("artifact", entry)
+    assert fanned[:2] == ["--playbook", "playbooks/fanout.yml"] and f"fanout_entry={entry}" in fanned
+    assert "artifact_cache_fanout=false" not in fanned
+    direct = scale.stage_argv("artifact-from-controller", entry)
+    assert direct[-2:] == ["-e", "artifact_cache_fanout=false"]
+    assert direct[direct.index("-e", 3) + 1] != fanned[fanned.index("-e", 3) + 1]  # each stage its own node path
+
+
+def test_the_artifact_is_a_whole_cache_entry(tmp_path):
+    entry = scale.make_artifact(tmp_path, 2)
+    check = subprocess.run([str(ROOT / "roles" / "artifact_cache" / "files" / "cache_entry.sh"), "check", str(entry)],
+                           capture_output=True, text=True, check=True)
+    assert entry.stat().st_size == 2_000_000 and len(check.stdout.strip()) == 64
+
+
+def test_a_bad_artifact_size_is_one_line_and_exit_2():
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--nodes", "1", "--artifact-mb", "0"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--artifact-mb takes a size of at least 1" in proc.stderr.strip().splitlines()[-1]
