@@ -165,8 +165,13 @@ def provision(inventory: Path, argv: list[str], env: dict[str, str], bridge: str
     if not found:
         sys.exit(f"pycli provision {' '.join(argv)} (exit {proc.returncode}) named no run folder:\n{output[-3000:]}")
     run_folder = Path(found.group(1))
-    recap = json.loads((run_folder / "recap.json").read_text())["hosts"]
-    failed = sum(1 for state in recap.values() if state != "ok")
+    recap = run_folder / "recap.json"  # site.yml's runs only: a host is ok when it went through every play
+    if recap.is_file():
+        failed = sum(1 for state in json.loads(recap.read_text())["hosts"].values() if state != "ok")
+    else:
+        failed = len(per_host(run_folder, {"runner_on_failed", "runner_on_unreachable"}))
+    if proc.returncode != 0 and not failed:
+        sys.exit(f"pycli provision {' '.join(argv)} failed (exit {proc.returncode}):\n{output[-3000:]}")
     return wall, usage.ru_utime + usage.ru_stime, sent, inbound, run_folder, failed
 
 
