@@ -23,6 +23,15 @@ from pycli.paths import PROJECT_ROOT
 # horovodrun's controllers (--gloo, --mpi): how its ranks find each other and coordinate.
 # Not the collective library that moves the tensors (`pycli bench --backends`).
 HOROVOD_CONTROLLERS = ("gloo", "mpi")
+
+
+def check_controller(controller: str) -> str:
+    """The controller, or BadInput (exit 2) naming the choices: the one check of --controller."""
+    if controller not in HOROVOD_CONTROLLERS:
+        raise BadInput(f"unknown --controller {controller!r}; use one of {', '.join(HOROVOD_CONTROLLERS)}")
+    return controller
+
+
 # How a job starts: horovodrun, mpirun (Horovod's MPI controller) or torchrun (one per node).
 LAUNCHERS = ("horovod", "mpirun", "torchrun")
 WORKLOADS_DIR = PROJECT_ROOT / "workloads"

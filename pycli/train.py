@@ -28,10 +28,10 @@ from pycli.hostfiles import fill_slots, render_hostfile
 from pycli.job_files import content_digest, jobs_kept
 from pycli.job_processes import run_processes
 from pycli.launch_lines import (
-    HOROVOD_CONTROLLERS,
     LAUNCHERS,
     WORKLOADS_DIR,
     JobPlan,
+    check_controller,
     host_discovery_script,
     NodeLayout,
     job_process_pattern,
@@ -92,8 +92,7 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
     """Check the request against the cluster and decide every path and host: no side effects."""
     np, workload, launcher = request.np, request.workload, request.launcher
     data_dir, resume = request.data_dir, request.resume
-    if request.controller not in HOROVOD_CONTROLLERS:
-        raise BadInput(f"unknown --controller {request.controller!r}; use one of {', '.join(HOROVOD_CONTROLLERS)}")
+    check_controller(request.controller)
     if launcher is not None and launcher not in LAUNCHERS:
         raise BadInput(f"unknown --launcher {launcher!r}; use one of {', '.join(LAUNCHERS)}")
     if workload in WORKLOADS:
