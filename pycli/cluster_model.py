@@ -38,12 +38,16 @@ SLOTS_VAR = "slots"
 KEY_VARS = ("ansible_ssh_private_key_file", "ansible_private_key_file")
 SSH_ARGS_VARS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")
 # Cluster-wide settings commands read besides the hosts (from the launcher's variables).
+# Where the venv and the work folder are on every node; their defaults are the common role's
+# (pycli.launch_lines.NodeLayout reads them from roles/common/defaults/main.yml).
+VENV_VAR = "common_venv_path"
+WORK_DIR_VAR = "common_work_dir"
 INTERFACE_VAR = "pycli_network_interface"
 # Nodes that share one machine's cores (local clusters): measurements run one node at a time.
 SHARED_CPUS_VAR = "pycli_nodes_share_cpus"
 # How many job folders (and staged files) a node keeps (pycli.job_files).
 JOBS_KEPT_VAR = "pycli_jobs_kept"
-SETTINGS_VARS = ("common_venv_path", "common_work_dir", INTERFACE_VAR, SHARED_CPUS_VAR, JOBS_KEPT_VAR)
+SETTINGS_VARS = (VENV_VAR, WORK_DIR_VAR, INTERFACE_VAR, SHARED_CPUS_VAR, JOBS_KEPT_VAR)
 # Every variable pycli reads; Ansible templates them ("{{ ... }}") before pycli sees them.
 READ_VARS = (*ADDRESS_VARS, *PORT_VARS, *USER_VARS, SLOTS_VAR, *KEY_VARS, *SSH_ARGS_VARS, *SETTINGS_VARS)
 

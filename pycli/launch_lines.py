@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from pycli import containers
-from pycli.cluster_model import DEFAULT_SSH_PORT, Host
+from pycli.cluster_model import DEFAULT_SSH_PORT, VENV_VAR, WORK_DIR_VAR, Host
 from pycli.containers import JobContainer
 from pycli.errors import BadInput
 from pycli.hostfiles import render_hostfile
-from pycli.paths import PROJECT_ROOT
+from pycli.paths import PROJECT_ROOT, role_defaults
 
 # horovodrun's controllers (--gloo, --mpi): how its ranks find each other and coordinate.
 # Not the collective library that moves the tensors (`pycli bench --backends`).
@@ -53,12 +53,25 @@ AUTOTUNE_LOG = "autotune.csv"
 TORCHRUN_ELASTIC_ENV = ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1",)
 
 
+def _common_default(name: str) -> PurePosixPath:
+    """The common role's default for a node path (its home: roles/common/defaults/main.yml)."""
+    return PurePosixPath(str(role_defaults("common")[name]))
+
+
 @dataclass(frozen=True)
 class NodeLayout:
     """Where the roles put things on every node (role defaults, overridable in the inventory)."""
 
-    venv: PurePosixPath = PurePosixPath("/opt/pycli/venv")
-    work_dir: PurePosixPath = PurePosixPath("/srv/pycli")
+    venv: PurePosixPath = field(default_factory=lambda: _common_default(VENV_VAR))
+    work_dir: PurePosixPath = field(default_factory=lambda: _common_default(WORK_DIR_VAR))
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, object]) -> NodeLayout:
+        """The layout an inventory's settings give: its own venv and work folder, else the role's."""
+        return cls(
+            venv=PurePosixPath(str(settings.get(VENV_VAR) or _common_default(VENV_VAR))),
+            work_dir=PurePosixPath(str(settings.get(WORK_DIR_VAR) or _common_default(WORK_DIR_VAR))),
+        )
 
     @property
     def python(self) -> str:
@@ -356,7 +369,7 @@ def job_process_pattern(job_dir: PurePosixPath) -> str:
     does not match the shell running it: `[/]srv/...` matches "/srv/..." but not itself."""
     path = str(job_dir)
     if not re.fullmatch(r"(/[A-Za-z0-9_.-]+)+", path):
-        raise BadInput(f"job folder {path!r} (common_work_dir): only letters, digits, '_', '.', '-' and '/' may name it")
+        raise BadInput(f"job folder {path!r} ({WORK_DIR_VAR}): only letters, digits, '_', '.', '-' and '/' may name it")
     return "[/]" + path[1:].replace(".", "[.]") + "([/ ]|$)"  # job 42's pattern does not match job 421
 
 

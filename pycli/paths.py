@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from datetime import datetime
@@ -19,6 +20,16 @@ def project_path(*parts: str) -> Path:
     if not path.exists():
         raise PycliError(f"{path} is missing: pycli must run from a full checkout (pip install -e .)")
     return path
+
+
+@functools.cache
+def role_defaults(role: str) -> dict:
+    """The variables of a role's defaults/main.yml, read once: the home of every value the roles
+    and pycli share (the nodes' venv and work folder), so Python never writes them again."""
+    import yaml
+
+    defaults = yaml.safe_load(project_path("roles", role, "defaults", "main.yml").read_text())
+    return defaults if isinstance(defaults, dict) else {}
 
 
 def cache_dir() -> Path:

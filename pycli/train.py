@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from pycli import containers, job_files, runner
 from pycli.cluster_model import INTERFACE_VAR, JOBS_KEPT_VAR, Cluster, interface_problem
@@ -278,11 +278,7 @@ class TrainOutcome:
 
 def layout_of(cluster: Cluster) -> NodeLayout:
     """Where the roles put the venv and the work folder on this cluster's nodes."""
-    settings = cluster.settings
-    return NodeLayout(
-        venv=PurePosixPath(str(settings.get("common_venv_path") or NodeLayout.venv)),
-        work_dir=PurePosixPath(str(settings.get("common_work_dir") or NodeLayout.work_dir)),
-    )
+    return NodeLayout.from_settings(cluster.settings)
 
 
 def run_job(

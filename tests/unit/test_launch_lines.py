@@ -106,3 +106,23 @@ def test_a_work_folder_a_pattern_cannot_name_is_refused():
     with pytest.raises(BadInput, match="common_work_dir"):
         job_process_pattern(PurePosixPath("/srv/my jobs/1"))
     assert job_process_pattern(PurePosixPath("/srv/pycli/jobs/1.2")) == "[/]srv/pycli/jobs/1[.]2([/ ]|$)"
+
+
+def test_the_node_paths_are_the_common_roles_defaults_unless_the_inventory_sets_them():
+    import yaml
+
+    from pycli.launch_lines import NodeLayout
+    from pycli.paths import PROJECT_ROOT
+
+    role = yaml.safe_load((PROJECT_ROOT / "roles" / "common" / "defaults" / "main.yml").read_text())
+    layout = NodeLayout()
+    assert str(layout.venv) == role["common_venv_path"] and str(layout.work_dir) == role["common_work_dir"]
+    assert NodeLayout.from_settings({}) == layout
+    moved = NodeLayout.from_settings({"common_venv_path": "/opt/venv", "common_work_dir": "/data/pycli"})
+    assert moved.python == "/opt/venv/bin/python" and moved.store == PurePosixPath("/data/pycli/files")
+
+
+def test_the_horovod_role_takes_its_venv_from_the_common_role():
+    from pycli.paths import role_defaults
+
+    assert "common_venv_path" in role_defaults("horovod")["horovod_venv_path"]
