@@ -1,4 +1,4 @@
-"""The pure parts of `pycli provision`: extra vars, the run request, the per-host view."""
+"""The pure parts of `pycli provision`: extra vars, the run request, the per-host view and its display."""
 
 import json
 import os
@@ -9,10 +9,10 @@ from rich.console import Console
 
 from pycli.errors import EXIT_INTERRUPTED, BadInput
 from pycli.cluster_model import Cluster, Host
-from pycli.provision import (
-    CACHE_PLAYBOOK, ProvisionRequest, ProvisionView, build_request, exit_code, parse_extra_vars, provision, unfinished_line,
-)
+from pycli.extra_vars import parse_extra_vars
+from pycli.provision import CACHE_PLAYBOOK, ProvisionRequest, build_request, exit_code, provision, unfinished_line
 from pycli.provision_recap import END_TASK, last_unfinished
+from pycli.provision_view import ProvisionView, RunDisplay
 
 
 def test_extra_vars_are_strings_as_given_and_files_keep_their_yaml_types(tmp_path):
@@ -322,3 +322,72 @@ def test_the_request_carries_forks_computed_from_the_inventory_unless_ansible_fo
     monkeypatch.setenv("ANSIBLE_FORKS", "9")
     assert build_request(cluster, ProvisionRequest()).forks is None
     assert build_request(cluster, ProvisionRequest(forks=7)).forks == 7
+
+
+def _failing_run(events):
+    """A stand-in for runner.run that hands `events` to the display and ends as Ansible would."""
+    from pycli import runner
+
+    def run(request, run_dir, on_event=None, cancel=None):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for event in events:
+            on_event(event)
+        return runner.RunResult(status="failed", rc=2, run_dir=run_dir, hosts={})
+
+    return run
+
+
+def test_off_a_terminal_each_play_and_failure_is_a_line_as_it_comes_and_not_again_in_the_recap():
+    console = Console(record=True, width=200, force_terminal=False)
+    view = ProvisionView(["n1", "n2"], clock=Clock())
+    with RunDisplay(view, console) as display:
+        display.on_event(ev("playbook_on_play_start", play="Base system"))
+        display.on_event(ev("runner_on_start", "n1", task="apt"))
+        display.on_event(ev("runner_on_failed", "n1", task="apt", res={"msg": "no space"}))
+        assert console.export_text(clear=False).splitlines() == ["play: Base system", "  n1: apt: no space"]
+    display.show_recap()
+    text = console.export_text()
+    assert text.count("n1: apt: no space") == 1 and "FAILED" in text
+
+
+def test_with_verbosity_nothing_is_printed_during_the_run_and_the_recap_holds_every_failure():
+    console = Console(record=True, width=200, force_terminal=False)
+    view = ProvisionView(["n1"], clock=Clock())
+    with RunDisplay(view, console, verbosity=1) as display:
+        display.on_event(ev("playbook_on_play_start", play="Base system"))
+        display.on_event(ev("runner_on_failed", "n1", task="apt", res={"msg": "no space"}))
+    assert console.export_text(clear=False) == ""
+    display.show_recap(with_notes=False)
+    assert "no space" not in console.export_text(clear=False)
+    display.show_recap()
+    assert "  n1: apt: no space" in console.export_text()
+
+
+def test_on_a_terminal_the_live_table_follows_the_events_and_is_gone_after_the_run():
+    console = Console(record=True, width=200, height=40, force_terminal=True)
+    view = ProvisionView(["n1"], clock=Clock())
+    with RunDisplay(view, console) as display:
+        display.on_event(ev("runner_on_start", "n1", task="Build OpenMPI", role="openmpi"))
+        display.on_event(ev("runner_on_failed", "n1", task="Build OpenMPI", res={"msg": "make: *** Error 2"}))
+        assert display.notes_shown == 0  # the live table shows the failure; its line waits for the recap
+    display.show_recap()
+    assert "n1: Build OpenMPI: make: *** Error 2" in console.export_text()
+
+
+def test_provision_shows_the_run_and_writes_the_recap_of_site_yml(tmp_path, monkeypatch):
+    from pycli import runner
+
+    cluster = read_from(tmp_path / "hosts.ini")
+    monkeypatch.setenv("PYCLI_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setattr(runner, "run", _failing_run([
+        ev("playbook_on_play_start", play="Base system"),
+        ev("runner_on_ok", "node1", task=END_TASK, res={}),
+        ev("runner_on_failed", "node2", task="apt", res={"msg": "no space"}),
+    ]))
+    console = Console(record=True, width=400, force_terminal=False)
+    assert provision(cluster, ProvisionRequest(), console=console) == 1
+    lines = console.export_text().splitlines()
+    assert lines[1:3] == ["play: Base system", "  node2: apt: no space"]
+    assert lines[-2].startswith("provisioning failed after") and lines[-1].startswith("not finished: node2 failed;")
+    [recap] = (tmp_path / "runs").glob("*-provision/recap.json")
+    assert json.loads(recap.read_text())["hosts"] == {"node1": "ok", "node2": "FAILED"}
