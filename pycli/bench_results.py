@@ -1,6 +1,6 @@
 """The results document of `pycli bench`: everything it found as plain data.
 
-It is results.json, and what pycli.report renders as CSV, Markdown and plots.
+It is results.json, and what pycli.bench_report renders as CSV, Markdown and plots.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def results_document(
     nodes: Sequence[NodeFacts], summaries: Sequence[CellSummary], skipped: Sequence[Skipped],
     allreduce_runs: Sequence[AllreduceRun], allreduce_skipped: Sequence[Skipped], tcp: TcpLink | None,
 ) -> dict:
-    """Everything the bench found, as plain data: results.json, and what report.py renders."""
+    """Everything the bench found, as plain data: results.json, and what bench_report.py renders."""
     return {
         "command": request_command(inventory, request),
         "inventory": str(inventory),

@@ -14,7 +14,7 @@ from pycli.bench_results import AllreduceRun, results_document
 from pycli.bench_stats import Measurement, CellRun, summarize
 from pycli.iperf import TcpLink
 from pycli.node_facts import HorovodBuild, NodeFacts
-from pycli.report import environment_rows, format_value, render_markdown, scaling_rows, skipped_lines, write_report
+from pycli.bench_report import environment_rows, format_value, render_markdown, scaling_rows, skipped_lines, write_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "workloads"))
 import allreduce  # noqa: E402
