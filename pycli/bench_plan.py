@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pycli.cluster_model import Cluster
+from pycli.cluster_model import INTERFACE_VAR, Cluster
 from pycli.errors import BadInput
 from pycli.launch_lines import ALLREDUCE_SCRIPT, LAUNCHERS
 from pycli.node_facts import NodeFacts
@@ -297,7 +297,7 @@ def placement_cluster(cluster: Cluster, place: Placement) -> Cluster:
     """
     settings = dict(cluster.settings)
     if place.servers == 1:
-        settings.pop("pycli_network_interface", None)
+        settings.pop(INTERFACE_VAR, None)
     hosts = tuple(replace(host, slots=place.per_server) for host in cluster.hosts)
     return replace(cluster, hosts=hosts, settings=settings)
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pycli.cluster_model import Cluster, Host
+from pycli.cluster_model import INTERFACE_VAR, Cluster, Host
 from pycli.errors import EXIT_FAILED, EXIT_UNREACHABLE, BadInput
 from pycli.job_log import run_logged_job
 from pycli.launch_lines import ALLREDUCE_SCRIPT, HOROVOD_CONTROLLERS, mpirun_argv
@@ -295,7 +295,7 @@ def gate_mpirun(ctx: CheckContext) -> GateResult:
         return failed("mpirun", f"no mpirun on the launcher {launcher.name}. Run 'pycli provision --tags openmpi'")
     try:
         command = mpirun_command(mpirun, ctx.cluster.hosts, launcher.login_user,
-                                 ctx.cluster.settings.get("pycli_network_interface"))
+                                 ctx.cluster.settings.get(INTERFACE_VAR))
     except BadInput as exc:  # host addresses mpirun -H cannot tell apart
         return failed("mpirun", str(exc))
     began = time.monotonic()
@@ -316,7 +316,7 @@ def evaluate_allreduce(records: Sequence[dict], *, ranks: int, nodes: int, size:
         return failed("allreduce", f"expected a correct sum over {ranks} ranks on {nodes} nodes; got {figure}", figure)
     if record["busbw_gbps"] < floor_gbps:
         return failed("allreduce", f"busbw {record['busbw_gbps']:.3g} GB/s is below the floor of {floor_gbps:g} GB/s "
-                      "(--busbw-floor); look at the NIC (pycli_network_interface) and `pycli bench`", figure)
+                      f"(--busbw-floor); look at the NIC ({INTERFACE_VAR}) and `pycli bench`", figure)
     floor = f"floor {floor_gbps:g} GB/s" if floor_gbps else "no floor"
     return passed("allreduce", f"{figure}; {floor}")
 

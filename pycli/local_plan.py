@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pycli.cluster_model import SHARED_CPUS_VAR
+from pycli.cluster_model import INTERFACE_VAR, SHARED_CPUS_VAR
 from pycli.errors import BadInput, PycliError
 from pycli.inventory_writer import HostEntry, render_inventory
 from pycli.paths import PROJECT_ROOT, state_dir
@@ -211,14 +211,14 @@ def render_local_inventory(plan: ClusterPlan, key: Path, known_hosts: Path, ca_b
             "ansible_ssh_private_key_file": str(key),
             "ansible_ssh_common_args": f"-o UserKnownHostsFile={known_hosts}",
             "slots": plan.slots,
-            "pycli_network_interface": "eth0",
+            INTERFACE_VAR: "eth0",
             OWNER_VARIABLE: plan.name,
             **bed_vars,
         },
         var_comments={
             "ansible_ssh_common_args": "Host keys of every node, by name and address.",
             "slots": "Processes per node: these nodes have no GPU; ranks share the machine's cores.",
-            "pycli_network_interface": "The NIC ranks talk over (a node running Docker also has docker0).",
+            INTERFACE_VAR: "The NIC ranks talk over (a node running Docker also has docker0).",
             **LOCAL_BED_COMMENTS,
         },
     )
