@@ -30,8 +30,8 @@ from pycli.errors import BadInput, PycliError, Unreachable
 from pycli.inventory_writer import write_text_atomically
 from pycli.local_image import ImageSpec, ensure_image
 from pycli.local_plan import (
-    DEFAULT_SLOTS,
     INVENTORY_MARKER,
+    LOCAL_NODE_SLOTS,
     ClusterPlan,
     NodePlan,
     check_inventory_owner,
@@ -175,7 +175,7 @@ def up(
     name: str,
     count: int,
     *,
-    slots: int = DEFAULT_SLOTS,
+    slots: int = LOCAL_NODE_SLOTS,
     subnet: str | None = None,
     image: ImageSpec = ImageSpec(),
     inventory: Path | None = None,

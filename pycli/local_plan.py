@@ -20,9 +20,12 @@ from pycli.paths import PROJECT_ROOT, state_dir
 
 NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$")
 MAX_NODES = 64
-# Ranks per node by default: `pycli train --np 8` fills two nodes, and the workloads split
-# the machine's cores between the ranks of a node.
-DEFAULT_SLOTS = 4
+# Ranks per local container node by default: `pycli train --np 8` fills two nodes, and the
+# workloads split the machine's cores between the ranks of a node. Not the slots of an
+# inventory host that names none (cluster_model.DEFAULT_SLOTS).
+LOCAL_NODE_SLOTS = 4
+# The old name, until pycli/cli_cluster.py imports LOCAL_NODE_SLOTS; then it goes.
+DEFAULT_SLOTS = LOCAL_NODE_SLOTS
 # Local clusters get a /24 each out of this block, picked from the cluster's name.
 SUBNET_POOL = ipaddress.ip_network("172.28.0.0/16")
 FIRST_NODE_OFFSET = 10
@@ -49,7 +52,7 @@ class ClusterPlan:
     network: str
     subnet: ipaddress.IPv4Network
     nodes: tuple[NodePlan, ...]
-    slots: int = DEFAULT_SLOTS
+    slots: int = LOCAL_NODE_SLOTS
 
 
 def validate_name(name: str) -> None:
@@ -138,7 +141,7 @@ def parse_subnet(text: str) -> ipaddress.IPv4Network:
     return subnet
 
 
-def plan_cluster(name: str, count: int, subnet: ipaddress.IPv4Network, slots: int = DEFAULT_SLOTS) -> ClusterPlan:
+def plan_cluster(name: str, count: int, subnet: ipaddress.IPv4Network, slots: int = LOCAL_NODE_SLOTS) -> ClusterPlan:
     """Names and addresses of every node: pure, so it can be checked before anything is made."""
     validate_name(name)
     validate_node_count(count)

@@ -7,8 +7,8 @@ import pytest
 
 from pycli.errors import BadInput
 from pycli.local_plan import (
-    DEFAULT_SLOTS,
     INVENTORY_MARKER,
+    LOCAL_NODE_SLOTS,
     SUBNET_POOL,
     parse_subnet,
     pick_subnet,
@@ -121,7 +121,7 @@ def test_inventory_reads_back_through_ansible(tmp_path):
     assert merged["ansible_host"] == "172.28.7.12"
     assert merged["ansible_user"] == "root"
     assert merged["ansible_port"] == 22
-    assert merged["slots"] == DEFAULT_SLOTS == 4
+    assert merged["slots"] == LOCAL_NODE_SLOTS == 4
     # A path with a space survives quoting, and host keys are never switched off.
     assert merged["ansible_ssh_common_args"] == "-o UserKnownHostsFile=/keys/known hosts"
     assert "StrictHostKeyChecking" not in text
