@@ -58,7 +58,7 @@ def newest(runs: Path, kind: str) -> Path:
 
 
 def bench(inventory: Path, repeat: int, env: dict[str, str], runs: Path) -> dict:
-    run([str(PYCLI), "bench", "-i", str(inventory), "--backends", "gloo", "--np", "1,2",
+    run([str(PYCLI), "bench", "-i", str(inventory), "--backends", "gloo", "--np-list", "1,2",
          "--launchers", "horovod,torchrun", "--repeat", str(repeat), "--allreduce-sizes", "1M:256M"], env)
     return json.loads((newest(runs, "bench") / "results.json").read_text())
 

@@ -43,7 +43,7 @@ def sh(argv: list[str], env: dict[str, str], log: Path | None = None) -> tuple[f
 
 
 def cluster_up(name: str, inventory: Path, ca_bundle: str, env: dict[str, str]) -> None:
-    sh([str(VENV_BIN / "pycli"), "cluster", "up", "--name", name, "--nodes", "2", "--inventory", str(inventory),
+    sh([str(VENV_BIN / "pycli"), "cluster", "up", "--name", name, "--nodes", "2", "--output", str(inventory),
         "--ca-bundle", ca_bundle], env)
 
 

@@ -31,8 +31,8 @@ ACROSS = "across servers"
 
 @dataclass(frozen=True)
 class BenchRequest:
-    backends: tuple[str, ...]
-    process_counts: tuple[int, ...]
+    backends: tuple[str, ...] = BENCH_BACKENDS
+    process_counts: tuple[int, ...] = (1, 2, 4)  # --np-list
     launchers: tuple[str, ...] = ("horovod",)
     workload: str = "synthetic"
     repeat: int = 3
@@ -58,10 +58,10 @@ def parse_process_counts(text: str) -> tuple[int, ...]:
     """'1,2,4' as (1, 2, 4), sorted; each a positive whole number."""
     parts = [part.strip() for part in text.split(",") if part.strip()]
     if not parts:
-        raise BadInput(f"--np {text!r} names no process count; give e.g. --np 1,2,4")
+        raise BadInput(f"--np-list {text!r} names no process count; give e.g. --np-list 1,2,4")
     bad = [part for part in parts if not part.isdigit() or int(part) < 1]
     if bad:
-        raise BadInput(f"--np {text!r}: {', '.join(bad)} is not a positive whole number of processes")
+        raise BadInput(f"--np-list {text!r}: {', '.join(bad)} is not a positive whole number of processes")
     return tuple(sorted({int(part) for part in parts}))
 
 
@@ -305,7 +305,7 @@ def placement_cluster(cluster: Cluster, place: Placement) -> Cluster:
 def request_command(inventory: Path, request: BenchRequest) -> str:
     """The command line that makes this bench again (for the report)."""
     argv = ["pycli", "bench", "-i", str(inventory), "--backends", ",".join(request.backends),
-            "--np", ",".join(map(str, request.process_counts)), "--launchers", ",".join(request.launchers),
+            "--np-list", ",".join(map(str, request.process_counts)), "--launchers", ",".join(request.launchers),
             "--workload", request.workload, "--repeat", str(request.repeat)]
     if request.allreduce_sizes is None:
         argv.append("--no-allreduce")

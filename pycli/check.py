@@ -17,23 +17,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from pycli.check_options import CheckOptions
 from pycli.cluster_model import INTERFACE_VAR, Cluster, Host
 from pycli.errors import EXIT_FAILED, EXIT_UNREACHABLE, BadInput
 from pycli.job_log import run_logged_job
-from pycli.launch_lines import ALLREDUCE_SCRIPT, HOROVOD_CONTROLLERS, mpirun_argv
+from pycli.launch_lines import ALLREDUCE_SCRIPT, mpirun_argv
 from pycli.node_facts import NodeFacts, gather_node_facts
 from pycli.nodes import SSH_TIMEOUT_S, NodeOutput, run_on_nodes, ssh_probe
 from pycli.sizes import human_size, parse_size
 from pycli.train import JobRequest
 
-DEFAULT_CUDA_IMAGE = "nvidia/cuda:12.8.1-base-ubuntu22.04"
 MPIRUN_TIMEOUT_S = 120
-# --deep: the share of the others' median a node's compute and a pair's link must reach (the
-# spread of healthy local nodes, measured in one sitting, is in docs/check.md).
-DEFAULT_COMPUTE_FRACTION = 0.6
-DEFAULT_LINK_FRACTION = 0.5
-# --deep on GPU nodes with DCGM: `dcgmi diag -r 1` (about a minute; 0 does not run it).
-DEFAULT_DCGM_LEVEL = 1
 DOCKER_TIMEOUT_S = 900
 
 
@@ -68,24 +62,6 @@ def skipped(name: str, why: str) -> GateResult:
     return GateResult(name, SKIP, why)
 
 
-@dataclass(frozen=True)
-class CheckOptions:
-    busbw_floor_gbps: float = 0.0  # 0: no floor
-    controller: str = "gloo"  # horovodrun's controller for the allreduce gate
-    allreduce_size: str = "64M"
-    controllers: tuple[str, ...] = HOROVOD_CONTROLLERS
-    cuda_image: str = DEFAULT_CUDA_IMAGE
-    # --deep (pycli/deep_check.py): which node or link is slow; --fence drains the suspects.
-    deep: bool = False
-    deep_only: bool = False  # only reachable and the deep gates: measure again after a repair
-    fence: bool = False
-    compute_fraction: float = DEFAULT_COMPUTE_FRACTION
-    link_fraction: float = DEFAULT_LINK_FRACTION
-    compute_seconds: float = 2.0
-    link_seconds: int = 2
-    dcgm_level: int = DEFAULT_DCGM_LEVEL  # pycli/gpu_health.py
-
-
 @dataclass
 class CheckContext:
     cluster: Cluster
@@ -101,36 +77,6 @@ class CheckContext:
 
     def step_dir(self, name: str) -> Path:
         return self.run_dir / name
-
-
-def check_options(
-    *, busbw_floor_gbps: float, controller: str, allreduce_size: str, controllers: str, cuda_image: str,
-    deep: bool = False, deep_only: bool = False, fence: bool = False, compute_fraction: float = DEFAULT_COMPUTE_FRACTION,
-    link_fraction: float = DEFAULT_LINK_FRACTION, dcgm_level: int = DEFAULT_DCGM_LEVEL,
-) -> CheckOptions:
-    """The options, checked before any node is touched (BadInput, exit 2)."""
-    if busbw_floor_gbps < 0:
-        raise BadInput(f"--busbw-floor {busbw_floor_gbps}: a bandwidth floor is 0 (off) or more, in GB/s")
-    if controller not in HOROVOD_CONTROLLERS:
-        raise BadInput(f"unknown --controller {controller!r}; use one of {', '.join(HOROVOD_CONTROLLERS)}")
-    parse_size(allreduce_size, "--allreduce-size")
-    wanted = tuple(dict.fromkeys(part.strip().lower() for part in controllers.split(",") if part.strip()))
-    unknown = [name for name in wanted if name not in HOROVOD_CONTROLLERS]
-    if unknown or not wanted:
-        raise BadInput(f"--controllers {controllers!r}: name one or more of {', '.join(HOROVOD_CONTROLLERS)}")
-    if not cuda_image.strip() or any(ch.isspace() for ch in cuda_image.strip()):
-        raise BadInput(f"--cuda-image {cuda_image!r} is not an image name")
-    for option, value in (("--compute-fraction", compute_fraction), ("--link-fraction", link_fraction)):
-        if not 0 < value < 1:
-            raise BadInput(f"{option} {value:g}: give the share of the others' median a node must reach, between 0 and 1")
-    if dcgm_level not in range(5):
-        raise BadInput(f"--dcgm-level {dcgm_level}: dcgmi diag runs levels 1 (about a minute) to 4 (hours); 0 does not run it")
-    deep = deep or deep_only
-    if fence and not deep:
-        raise BadInput("--fence drains the nodes the deep gates name; it needs --deep or --deep-only")
-    return CheckOptions(busbw_floor_gbps, controller, allreduce_size, wanted, cuda_image.strip(), deep=deep,
-                        deep_only=deep_only, fence=fence,
-                        compute_fraction=compute_fraction, link_fraction=link_fraction, dcgm_level=dcgm_level)
 
 
 # Gate 1: every node reachable.

@@ -6,9 +6,11 @@ import sys
 
 import typer
 from typer._click import exceptions as click_errors  # typer vendors click since 0.20
+from typer.core import TyperGroup
 
 from pycli import __version__
-from pycli.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, PycliError
+from pycli.cli_options import INVENTORY_RULE, command_path, rename_flags
+from pycli.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, PycliError, notice
 from pycli.cli_bench import bench_cmd
 from pycli.cli_cache import cache_app, fetch_cmd
 from pycli.cli_check import check_cmd
@@ -20,7 +22,6 @@ from pycli.cli_train import train_cmd
 
 app = typer.Typer(
     name="pycli",
-    help="Provision GPU training clusters with Ansible and run distributed PyTorch jobs on them.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -45,11 +46,18 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
+@app.callback(help=f"Provision GPU training clusters with Ansible and run distributed PyTorch jobs on them.\n\n{INVENTORY_RULE}")
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
-    """Provision GPU training clusters with Ansible and run distributed PyTorch jobs on them."""
+    pass
+
+
+def _subcommands(command: object) -> dict[str, dict]:
+    """Each subcommand's name -> its own subcommands (a leaf: {})."""
+    if not isinstance(command, TyperGroup):
+        return {}
+    return {name: _subcommands(sub) for name, sub in command.commands.items()}
 
 
 def _fail(message: str, code: int) -> int:
@@ -60,8 +68,13 @@ def _fail(message: str, code: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; every error the user can cause ends as one line on stderr and an exit code."""
     command = typer.main.get_command(app)
+    args = list(sys.argv[1:] if argv is None else argv)
+    path, words = command_path(_subcommands(command), args)
+    rest, notices = rename_flags(path, args[words:])
+    for line in notices:
+        notice(line)
     try:
-        result = command.main(args=argv, prog_name="pycli", standalone_mode=False)
+        result = command.main(args=[*args[:words], *rest], prog_name="pycli", standalone_mode=False)
     except click_errors.NoArgsIsHelpError as exc:
         print(exc.ctx.get_help() if exc.ctx else "", file=sys.stderr)
         return EXIT_BAD_INPUT

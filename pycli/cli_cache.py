@@ -7,7 +7,10 @@ from pathlib import Path
 import typer
 
 from pycli import cache
-from pycli.cli_options import INVENTORY_OPTION, load_inventory, required_inventory
+from pycli.cli_options import (
+    EXTRA_VARS_OPTION, INVENTORY_ARGUMENT, INVENTORY_OPTION, LIMIT_OPTION, VERBOSE_OPTION, forks_option, load_inventory,
+    output_option,
+)
 from pycli.paths import cache_dir
 from pycli.provision import CACHE_PLAYBOOK, ProvisionRequest, provision
 
@@ -20,18 +23,19 @@ def _mib(count: int) -> str:
 
 
 def fetch_cmd(
-    inventory: Path | None = typer.Argument(
-        None, help="Inventory of the cluster (its nodes' Python and platform pick the wheels); also -i INVENTORY.",
-        show_default=False,
-    ),
+    inventory: Path | None = INVENTORY_ARGUMENT,
     inventory_option: Path | None = INVENTORY_OPTION,
-    limit: str | None = typer.Option(None, "--limit", "-l", help="Only these hosts (an Ansible pattern)."),
-    extra_vars: list[str] = typer.Option([], "--extra-vars", "-e", help="key=value or @vars.yml; repeatable."),
-    verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="Show Ansible's own output."),
+    limit: str | None = LIMIT_OPTION,
+    extra_vars: list[str] = EXTRA_VARS_OPTION,
+    forks: int | None = forks_option(),
+    verbose: int = VERBOSE_OPTION,
 ) -> None:
-    """Fill the controller cache with everything provisioning installs, each file checked; change no node."""
-    request = ProvisionRequest(playbook=CACHE_PLAYBOOK, limit=limit, extra_vars=tuple(extra_vars), verbosity=verbose)
-    raise typer.Exit(provision(load_inventory(required_inventory(inventory, inventory_option)), request))
+    """Fill the controller cache with everything provisioning installs (the nodes' Python and platform
+    pick the wheels), each file checked; change no node."""
+    request = ProvisionRequest(
+        playbook=CACHE_PLAYBOOK, limit=limit, extra_vars=tuple(extra_vars), forks=forks, verbosity=verbose
+    )
+    raise typer.Exit(provision(load_inventory(inventory, inventory_option), request))
 
 
 @cache_app.command("show")
@@ -46,11 +50,11 @@ def show_cmd() -> None:
 def lock_cmd(
     python: str = typer.Option(..., "--python", help="The nodes' Python, MAJOR.MINOR (Debian 12: 3.11, Ubuntu 22.04: 3.10, 24.04: 3.12)."),
     arch: str = typer.Option("x86_64", "--arch", help="The nodes' architecture."),
-    out: Path = typer.Option(cache.LOCKS_DIR, "--out", "-o", help="Folder of locks (set horovod_wheelhouse_locks to it)."),
+    output: Path = output_option("Folder of locks to write into (set horovod_wheelhouse_locks to it).", cache.LOCKS_DIR),
     pip_args: list[str] = typer.Argument(None, help="More pip arguments after '--', e.g. -- --index-url URL."),
 ) -> None:
     """Write the wheelhouse lock for one node Python and platform from requirements.in."""
-    path = cache.make_lock(python, arch, out, pip_args or [])
+    path = cache.make_lock(python, arch, output, pip_args or [])
     pins = [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
     print(f"wrote {path}: {len(pins)} wheels pinned by sha256")
 

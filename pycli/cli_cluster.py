@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pycli import local_cluster
+from pycli.cli_options import JSON_OPTION, output_option
 from pycli.local_plan import DEFAULT_SLOTS, validate_name
 from pycli.local_image import DEFAULT_MIRROR, DEFAULT_SUITE, ImageSpec, ensure_image
 
@@ -44,12 +45,12 @@ def up_cmd(
     ),
     name: str = NAME,
     subnet: str | None = typer.Option(None, "--subnet", help="IPv4 subnet of the cluster's network, /16 to /28 (default: a free /24 of 172.28.0.0/16)."),
-    inventory: Path | None = typer.Option(None, "--inventory", "-i", help="Where to write the inventory (default: inventory/local-NAME.ini)."),
+    output: Path | None = output_option("Where to write the inventory (default: inventory/local-NAME.ini).", dir_okay=False),
     ca_bundle: Path | None = CA_BUNDLE,
     mirror: str = MIRROR,
 ) -> None:
     """Start NODES systemd node containers reachable over SSH and write their inventory."""
-    local_cluster.up(name, nodes, slots=slots, subnet=subnet, image=_spec(ca_bundle, mirror), inventory=inventory)
+    local_cluster.up(name, nodes, slots=slots, subnet=subnet, image=_spec(ca_bundle, mirror), inventory=output)
 
 
 @cluster_app.command("down")
@@ -61,7 +62,7 @@ def down_cmd(name: str = NAME) -> None:
 @cluster_app.command("status")
 def status_cmd(
     name: str | None = typer.Option(None, "--name", help="Only this cluster (default: all local clusters)."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """List local clusters and the state of their nodes."""
     if name:

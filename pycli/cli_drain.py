@@ -6,34 +6,35 @@ from pathlib import Path
 
 import typer
 
-from pycli.cli_options import INVENTORY_OPTION
+from pycli.cli_options import INVENTORY_ONLY_OPTION
 
 
 def drain_cmd(
     nodes: list[str] = typer.Argument(None, help="Nodes to fence off from jobs, as the inventory names them.", show_default=False),
-    inventory: Path | None = INVENTORY_OPTION,
+    inventory: Path | None = INVENTORY_ONLY_OPTION,
     reason: str = typer.Option(..., "--reason", "-r", help="Why, in one line; every command that leaves the node out says it."),
 ) -> None:
     """Fence NODEs off: train, bench and hostfile leave them out until 'pycli undrain'; provision still repairs them."""
     from pycli.cli_options import load_inventory
     from pycli.drained import drain
 
-    cluster = load_inventory(inventory)
+    cluster = load_inventory(None, inventory)
     for entry in drain(cluster, nodes or [], reason):
-        print(f"pycli: drained {entry.describe()}")
+        print(f"drained {entry.describe()}")
 
 
 def undrain_cmd(
     nodes: list[str] = typer.Argument(None, help="Drained nodes to take back.", show_default=False),
-    inventory: Path | None = INVENTORY_OPTION,
+    inventory: Path | None = INVENTORY_ONLY_OPTION,
 ) -> None:
     """Take drained NODEs back: jobs use them again."""
     from pycli.cli_options import load_inventory
     from pycli.drained import undrain
+    from pycli.errors import notice
 
-    cluster = load_inventory(inventory)
+    cluster = load_inventory(None, inventory)
     back, were_not = undrain(cluster, nodes or [])
     if back:
-        print(f"pycli: undrained {', '.join(back)}; jobs use {'it' if len(back) == 1 else 'them'} again")
+        print(f"undrained {', '.join(back)}; jobs use {'it' if len(back) == 1 else 'them'} again")
     if were_not:
-        print(f"pycli: {', '.join(were_not)} {'was' if len(were_not) == 1 else 'were'} not drained")
+        notice(f"{', '.join(were_not)} {'was' if len(were_not) == 1 else 'were'} not drained")

@@ -15,10 +15,10 @@ from pathlib import Path
 import typer
 
 from pycli import hostfiles
-from pycli.cli_options import INVENTORY_OPTION, load_inventory, required_inventory, say_to_stderr
+from pycli.cli_options import INVENTORY_ARGUMENT, INVENTORY_OPTION, JSON_OPTION, load_inventory, output_option
 from pycli.cluster_model import DEFAULT_SLOTS, DEFAULT_SSH_PORT, Cluster, Host, make_cluster, parse_host_list
 from pycli.drained import for_jobs
-from pycli.errors import BadInput, read_user_text, text_of
+from pycli.errors import BadInput, notice, read_user_text, text_of
 from pycli.inventory_writer import HostEntry, render_inventory, write_text_atomically
 
 inventory_app = typer.Typer(help="Write and read cluster inventories (hosts, SSH access, slots).", no_args_is_help=True)
@@ -123,9 +123,7 @@ def _key_path(key: Path | None) -> str | None:
 
 @inventory_app.command("new")
 def new_cmd(
-    output: Path = typer.Option(
-        ..., "--output", "-o", help="Inventory file to write (refused if it exists, unless --force).", dir_okay=False
-    ),
+    output: Path = output_option("Inventory file to write (refused if it exists, unless --force).", ..., dir_okay=False),
     hosts: str | None = typer.Option(None, "--hosts", help="Comma-separated hosts, each [user@]host[:port]."),
     hosts_file: Path | None = typer.Option(
         None,
@@ -141,12 +139,12 @@ def new_cmd(
         None, "--port", min=1, max=65535, help=f"SSH port on every host (default {DEFAULT_SSH_PORT})."
     ),
     key: Path | None = typer.Option(None, "--key", help="SSH private key for every host."),
-    launcher: str | None = typer.Option(None, "--launcher", help="Host where jobs start (default: the first host)."),
+    launcher_host: str | None = typer.Option(None, "--launcher-host", help="Host where jobs start (default: the first host)."),
     force: bool = typer.Option(False, "--force", help="Replace OUTPUT if it exists."),
 ) -> None:
     """Write a plain, commented INI inventory from a host list, a hostfile or a horovodrun -H string."""
     entries, made_from = _host_lines(hosts, hosts_file, horovod_hosts)
-    settings = ClusterSettings(slots=slots, user=user, port=port, key=_key_path(key), launcher=launcher)
+    settings = ClusterSettings(slots=slots, user=user, port=port, key=_key_path(key), launcher=launcher_host)
     text = new_inventory_text(entries, settings, made_from=made_from)
     write_text_atomically(output, text, force=force)
     print(f"wrote {output} ({len(entries)} hosts); check it with 'pycli inventory show {output}'")
@@ -211,14 +209,12 @@ def cluster_table(cluster: Cluster) -> str:
 
 @inventory_app.command("show")
 def show_cmd(
-    inventory: Path | None = typer.Argument(
-        None, help="Inventory file or directory, as Ansible reads it; also -i INVENTORY.", show_default=False
-    ),
+    inventory: Path | None = INVENTORY_ARGUMENT,
     inventory_option: Path | None = INVENTORY_OPTION,
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    as_json: bool = JSON_OPTION,
 ) -> None:
     """Show the cluster an inventory describes: hosts, addresses, SSH user and port, slots, launcher, drained."""
-    cluster = load_inventory(required_inventory(inventory, inventory_option))
+    cluster = load_inventory(inventory, inventory_option)
     if as_json:
         print(json.dumps(cluster_as_json(cluster), indent=2))
         return
@@ -226,17 +222,15 @@ def show_cmd(
 
 
 def hostfile_cmd(
-    inventory: Path | None = typer.Argument(None, help="Inventory file or directory; also -i INVENTORY.", show_default=False),
+    inventory: Path | None = INVENTORY_ARGUMENT,
     inventory_option: Path | None = INVENTORY_OPTION,
-    format_name: str = typer.Option("mpi", "--format", "-f", help=f"One of: {', '.join(hostfiles.FORMATS)}."),
+    format_name: str = typer.Option("mpi", "--format", help=f"One of: {', '.join(hostfiles.FORMATS)}."),
     np: int | None = typer.Option(None, "--np", help="Only enough hosts for NP processes, filled in inventory order."),
-    output: Path | None = typer.Option(
-        None, "--output", "-o", help="Write here (replaced if it exists) instead of printing.", dir_okay=False
-    ),
+    output: Path | None = output_option("Write here (replaced if it exists) instead of printing.", dir_okay=False),
 ) -> None:
     """Print the cluster's hosts for a launcher: MPI or DeepSpeed hostfile, or horovodrun -H."""
     hostfiles.check_format(format_name)
-    cluster = for_jobs(load_inventory(required_inventory(inventory, inventory_option)), say_to_stderr)
+    cluster = for_jobs(load_inventory(inventory, inventory_option), notice)
     hosts = hostfiles.fill_slots(cluster, np)
     text = hostfiles.render_hostfile(hosts, format_name)
     if output is None:

@@ -1,4 +1,4 @@
-"""`pycli provision INVENTORY`: every node gets the whole stack (playbooks/site.yml)."""
+"""`pycli provision [INVENTORY]`: every node gets the whole stack (playbooks/site.yml)."""
 
 from __future__ import annotations
 
@@ -6,21 +6,23 @@ from pathlib import Path
 
 import typer
 
-from pycli.cli_options import INVENTORY_HELP, INVENTORY_OPTION, load_inventory, required_inventory
+from pycli.cli_options import (
+    EXTRA_VARS_OPTION, INVENTORY_ARGUMENT, INVENTORY_OPTION, LIMIT_OPTION, TAGS_OPTION, VERBOSE_OPTION, forks_option,
+    load_inventory,
+)
 from pycli.provision import SITE_PLAYBOOK, ProvisionRequest, provision
-from pycli.runner import FORKS_DEFAULT_HELP
 
 
 def provision_cmd(
-    inventory: Path | None = typer.Argument(None, help=INVENTORY_HELP, show_default=False),
+    inventory: Path | None = INVENTORY_ARGUMENT,
     inventory_option: Path | None = INVENTORY_OPTION,
-    limit: str | None = typer.Option(None, "--limit", "-l", help="Only these hosts (an Ansible pattern)."),
-    tags: str | None = typer.Option(None, "--tags", "-t", help="Only these roles/steps (see docs/tags.md)."),
+    limit: str | None = LIMIT_OPTION,
+    tags: str | None = TAGS_OPTION,
     skip_tags: str | None = typer.Option(None, "--skip-tags", help="Skip these roles/steps."),
     check: bool = typer.Option(False, "--check", help="Say what would change, change nothing."),
-    extra_vars: list[str] = typer.Option([], "--extra-vars", "-e", help="key=value or @vars.yml; repeatable."),
-    forks: int | None = typer.Option(None, "--forks", "-f", help=f"Hosts worked on at once (default: {FORKS_DEFAULT_HELP})."),
-    verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="Show Ansible's own output (-vv, -vvv: more)."),
+    extra_vars: list[str] = EXTRA_VARS_OPTION,
+    forks: int | None = forks_option(),
+    verbose: int = VERBOSE_OPTION,
     playbook: Path = typer.Option(SITE_PLAYBOOK, "--playbook", help="Another playbook of this project to apply."),
     offline: bool = typer.Option(
         False, "--offline", help="Download nothing: install from the controller cache (see 'pycli cache import')."
@@ -34,4 +36,4 @@ def provision_cmd(
         playbook=playbook, limit=limit, tags=tags, skip_tags=skip_tags, check=check, extra_vars=tuple(extra_vars),
         forks=forks, verbosity=verbose, offline=offline, retry=retry,
     )
-    raise typer.Exit(provision(load_inventory(required_inventory(inventory, inventory_option)), request))
+    raise typer.Exit(provision(load_inventory(inventory, inventory_option), request))

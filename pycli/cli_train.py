@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from pycli.cli_options import INVENTORY_OPTION
 from pycli.containers import DEFAULT_JOB_SSH_PORT
 
 
@@ -16,12 +17,9 @@ def train_cmd(
     ),
     script_args: list[str] = typer.Argument(None, help="Arguments for the workload, after '--'."),
     np: int = typer.Option(..., "--np", help="Number of processes (ranks) in all."),
-    inventory: Path | None = typer.Option(
-        None, "--inventory", "-i", help="Or as the first argument. Default: the local cluster that is up."
-    ),
+    inventory: Path | None = INVENTORY_OPTION,
     launcher: str | None = typer.Option(None, "--launcher", help="horovod (horovodrun), mpirun or torchrun."),
-    controller: str | None = typer.Option(None, "--controller", help="horovodrun's controller: gloo (default) or mpi."),
-    backend: str | None = typer.Option(None, "--backend", hidden=True, help="Old name of --controller."),
+    controller: str = typer.Option("gloo", "--controller", help="horovodrun's controller: gloo or mpi."),
     network_interface: str | None = typer.Option(
         None, "--network-interface", help="NIC the ranks talk over (default: inventory's pycli_network_interface)."
     ),
@@ -70,10 +68,11 @@ def train_cmd(
     """Run WORKLOAD on --np processes across the inventory's nodes, started from the launcher node.
 
     The inventory may come first (pycli train INVENTORY [WORKLOAD]) or with -i."""
-    from pycli.cli_options import controller_option, given_inventory, leading_inventory, load_inventory, say_to_stderr
-    from pycli.drained import for_jobs
+    from pycli.cli_options import leading_inventory, load_inventory
     from pycli.containers import parse_job_container
-    from pycli.errors import BadInput
+    from pycli.drained import for_jobs
+    from pycli.errors import BadInput, notice
+    from pycli.launch_lines import check_controller
     from pycli.train import WORKLOADS, JobRequest, run_job
 
     if workload is not None and workload.startswith("-"):  # `train --np 8 -- --epochs 1`: no workload named
@@ -82,12 +81,10 @@ def train_cmd(
     if positional is not None:  # the workload, if named, follows the inventory; script arguments start with '-'
         workload = rest.pop(0) if rest and not rest[0].startswith("-") else None
         script_args = rest
-    inventory = given_inventory(positional, inventory)
-
-    controller = controller_option(controller, backend)
+    check_controller(controller)
     if np < 1:
         raise BadInput(f"--np {np}: the number of processes must be at least 1")
-    cluster = for_jobs(load_inventory(inventory), say_to_stderr)
+    cluster = for_jobs(load_inventory(positional, inventory), notice)
     container = None
     if docker is not None:
         container = parse_job_container(docker, docker_ssh_port, docker_opt or [], cluster.hosts)

@@ -57,9 +57,15 @@ def problems_error(source: str, problems: Iterable[str | Located]) -> BadInput:
     return BadInput("\n".join(str(p) if isinstance(p, Located) else f"{source}: {p}" for p in problems))
 
 
+def notice(message: str) -> None:
+    """A line for the user that is no part of a command's output (a hostfile on stdout stays a
+    hostfile): every notice and warning of every command goes to stderr through here."""
+    print(f"pycli: {message}", file=sys.stderr)
+
+
 def warn(message: str) -> None:
     """Something the user should know that does not stop the command: one line on stderr."""
-    print(f"pycli: warning: {message}", file=sys.stderr)
+    notice(f"warning: {message}")
 
 
 def text_of(data: bytes, label: str) -> str:

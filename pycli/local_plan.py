@@ -101,11 +101,11 @@ def check_inventory_owner(path: Path, text: str | None, name: str) -> None:
     if text is None:
         return
     if INVENTORY_MARKER not in text:
-        raise BadInput(f"{path} exists and was not written by pycli; pass another --inventory")
+        raise BadInput(f"{path} exists and was not written by pycli; pass another --output")
     owner = inventory_owner(text)
     if owner != name:
         whose = f"of local cluster {owner!r}" if owner else "of a local cluster it does not name"
-        raise BadInput(f"{path} is the inventory {whose}; pass another --inventory for cluster {name!r}")
+        raise BadInput(f"{path} is the inventory {whose}; pass another --output for cluster {name!r}")
 
 
 def network_name(name: str) -> str:

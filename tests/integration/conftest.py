@@ -40,7 +40,7 @@ def local_cluster(docker_engine, tmp_path_factory) -> Path:
     inventory = tmp_path_factory.mktemp("cluster") / f"local-{CLUSTER}.ini"
     # One slot per node: the tests run --np 2 and mean one rank on each node.
     run_pycli(
-        "cluster", "up", "--name", CLUSTER, "--nodes", "2", "--slots", "1", "--inventory", str(inventory),
+        "cluster", "up", "--name", CLUSTER, "--nodes", "2", "--slots", "1", "--output", str(inventory),
         "--ca-bundle", TEST_CA_BUNDLE, check=True,
     )
     yield inventory
@@ -68,7 +68,7 @@ def three_nodes(docker_engine, tmp_path_factory) -> Path:
     artifacts passed from node to node). The provisioning's run folder is in runs/ beside
     the inventory."""
     inventory = tmp_path_factory.mktemp("cluster3") / f"local-{CLUSTER3}.ini"
-    run_pycli("cluster", "up", "--name", CLUSTER3, "--nodes", "3", "--slots", "1", "--inventory", str(inventory),
+    run_pycli("cluster", "up", "--name", CLUSTER3, "--nodes", "3", "--slots", "1", "--output", str(inventory),
               "--ca-bundle", TEST_CA_BUNDLE, check=True)
     try:
         proc = run_pycli("provision", str(inventory), "--skip-tags", "docker", timeout=3600,

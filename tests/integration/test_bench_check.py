@@ -57,7 +57,7 @@ def test_check_passes_every_gate_of_a_provisioned_cluster(provisioned_cluster, t
 
 def test_bench_mpi_and_gloo_on_one_and_two_processes_writes_sane_files(provisioned_cluster, tmp_path):
     began = time.monotonic()
-    proc = run_pycli("bench", "-i", str(provisioned_cluster), "--backends", "mpi,gloo", "--np", "1,2", "--repeat", "1",
+    proc = run_pycli("bench", "-i", str(provisioned_cluster), "--backends", "mpi,gloo", "--np-list", "1,2", "--repeat", "1",
                      "--allreduce-sizes", "4K:1M", "--allreduce-iters", "3", "--iperf-seconds", "2", "--", *TINY_SYNTHETIC,
                      env={"PYCLI_RUNS": str(tmp_path)}, timeout=1800)
     print(f"pycli bench --backends mpi,gloo --np 1,2 took {time.monotonic() - began:.0f} s")

@@ -54,7 +54,7 @@ def test_host_keys_are_checked_not_trusted_on_first_use(local_cluster, tmp_path)
 
 
 def test_second_up_of_the_same_cluster_says_it_is_already_up(local_cluster):
-    proc = run_pycli("cluster", "up", "--name", CLUSTER, "--nodes", "2", "--slots", "1", "--inventory", str(local_cluster))
+    proc = run_pycli("cluster", "up", "--name", CLUSTER, "--nodes", "2", "--slots", "1", "--output", str(local_cluster))
     assert proc.returncode == 0, proc.stderr
     assert "already up" in proc.stdout
 
@@ -78,7 +78,7 @@ def test_an_overlapping_subnet_is_refused_before_anything_is_made(local_cluster)
 
 def test_docker_unreachable_is_one_line_exit_2_and_makes_nothing(docker_engine, tmp_path):
     inventory = tmp_path / "never.ini"
-    proc = run_pycli("cluster", "up", "--name", f"{CLUSTER}-n", "--nodes", "1", "--inventory", str(inventory),
+    proc = run_pycli("cluster", "up", "--name", f"{CLUSTER}-n", "--nodes", "1", "--output", str(inventory),
                      env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     assert proc.returncode == 2
     assert proc.stderr.startswith("pycli: error: cannot reach the Docker engine") and proc.stderr.count("\n") == 1
@@ -90,7 +90,7 @@ def test_down_removes_containers_network_inventory_and_keys(docker_engine, tmp_p
     name = f"{CLUSTER}-d"
     inventory = tmp_path / "down.ini"
     client = docker.from_env()
-    run_pycli("cluster", "up", "--name", name, "--nodes", "1", "--inventory", str(inventory),
+    run_pycli("cluster", "up", "--name", name, "--nodes", "1", "--output", str(inventory),
               "--ca-bundle", TEST_CA_BUNDLE, check=True)
     assert inventory.exists()
     assert client.networks.list(names=[f"pycli-{name}"])

@@ -82,12 +82,6 @@ def test_every_run_of_a_bench_gets_its_env_settings():
     assert allreduce_job(cell, "1M", 2, ("A=1",)).env == ("A=1",)
 
 
-def test_the_cli_default_sizes_are_the_modules():
-    from pycli import bench_plan, cli_bench
-
-    assert cli_bench.DEFAULT_ALLREDUCE_SIZES == bench_plan.DEFAULT_ALLREDUCE_SIZES
-
-
 # --- the matrix ----------------------------------------------------------------------------
 
 
@@ -360,8 +354,8 @@ def test_without_iperf3_the_link_is_not_measured_and_no_number_is_made_up(tmp_pa
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--np", "0"], "--np '0': 0 is not a positive whole number of processes"),
-    (["--np", ""], "--np '' names no process count"),
+    (["--np-list", "0"], "--np-list '0': 0 is not a positive whole number of processes"),
+    (["--np-list", ""], "--np-list '' names no process count"),
     (["--backends", "mpi,foo"], "unknown --backends 'foo'"),
     (["--repeat", "0"], "--repeat 0"),
     (["--workload", "resnet"], "unknown --workload 'resnet'"),

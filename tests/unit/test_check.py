@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 
 from pycli.check import (
-    DEFAULT_CUDA_IMAGE, FAIL, NOT_RUN, PASS, SKIP, CheckContext, Gate, GateResult, check_options, docker_gpu_command,
+    FAIL, NOT_RUN, PASS, SKIP, CheckContext, Gate, GateResult, docker_gpu_command,
     evaluate_allreduce, evaluate_docker_gpu, evaluate_driver_library, evaluate_horovod_build, evaluate_mesh,
     evaluate_mpirun, evaluate_nvidia_smi, evaluate_reachable, evaluate_same_software, mesh_command, mpirun_command,
 )
+from pycli.check_options import DEFAULTS, check_options
 from pycli.cluster_model import Drained
 from pycli.check_run import exit_code, report_json, result_line, run_gates
 from pycli.errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
@@ -139,9 +140,9 @@ def test_docker_gpu_gate_counts_the_gpus_the_container_sees():
     gpu = {n: facts(n, GPU_PROBE) for n in NAMES}
     listing = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-2)\n"
     answers = {n: NodeOutput(n, 0, listing) for n in NAMES}
-    assert evaluate_docker_gpu(NAMES, gpu, answers, DEFAULT_CUDA_IMAGE).status == PASS
+    assert evaluate_docker_gpu(NAMES, gpu, answers, DEFAULTS.cuda_image).status == PASS
     answers["node2"] = NodeOutput("node2", 125, "", "docker: Error response from daemon: could not select device driver \"\" with capabilities: [[gpu]].")
-    result = evaluate_docker_gpu(NAMES, gpu, answers, DEFAULT_CUDA_IMAGE)
+    result = evaluate_docker_gpu(NAMES, gpu, answers, DEFAULTS.cuda_image)
     assert result.status == FAIL and "could not select device driver" in result.message
     assert docker_gpu_command("img:1") == "timeout 900 docker run --rm --gpus all img:1 nvidia-smi -L"
 
@@ -151,7 +152,7 @@ def test_docker_gpu_gate_counts_the_gpus_the_container_sees():
 
 def _context(tmp_path) -> CheckContext:
     return CheckContext(Cluster(HOSTS, "node1"), tmp_path, check_options(
-        busbw_floor_gbps=0, controller="gloo", allreduce_size="64M", controllers="gloo,mpi", cuda_image=DEFAULT_CUDA_IMAGE))
+        busbw_floor_gbps=0, controller="gloo", allreduce_size="64M", controllers="gloo,mpi", cuda_image=DEFAULTS.cuda_image))
 
 
 def test_gates_run_in_order_and_stop_at_the_first_failure(tmp_path):
@@ -189,12 +190,12 @@ def test_the_unreachable_exit_code_is_the_failing_gates():
     ({"busbw_floor_gbps": -1}, "--busbw-floor"),
     ({"controller": "nccl"}, "unknown --controller 'nccl'"),
     ({"allreduce_size": "64Q"}, "--allreduce-size '64Q'"),
-    ({"controllers": "gloo,ccl"}, "--controllers"),
+    ({"controllers": "gloo,ccl"}, "--build-controllers"),
     ({"cuda_image": "a b"}, "--cuda-image"),
 ])
 def test_bad_options_are_bad_input(kwargs, message):
     options = {"busbw_floor_gbps": 0.0, "controller": "gloo", "allreduce_size": "64M", "controllers": "gloo,mpi",
-               "cuda_image": DEFAULT_CUDA_IMAGE, **kwargs}
+               "cuda_image": DEFAULTS.cuda_image, **kwargs}
     with pytest.raises(BadInput, match=message.replace("(", r"\(")):
         check_options(**options)
 
@@ -205,17 +206,9 @@ def test_sizes_read_like_nccl_tests():
         parse_size("6", "x")
 
 
-def test_the_cli_defaults_are_the_modules():
-    from pycli import check, cli_check
-
-    assert cli_check.DEFAULT_CUDA_IMAGE == DEFAULT_CUDA_IMAGE
-    assert (cli_check.DEFAULT_COMPUTE_FRACTION, cli_check.DEFAULT_LINK_FRACTION, cli_check.DEFAULT_DCGM_LEVEL) == (
-        check.DEFAULT_COMPUTE_FRACTION, check.DEFAULT_LINK_FRACTION, check.DEFAULT_DCGM_LEVEL)
-
-
 @pytest.mark.parametrize(("args", "message"), [
     (["/nonexistent/inventory.ini"], "no such inventory"),
-    (["/nonexistent/inventory.ini", "--backend", "nccl"], "unknown --backend 'nccl'"),
+    (["/nonexistent/inventory.ini", "--controller", "nccl"], "unknown --controller 'nccl'"),
     (["/nonexistent/inventory.ini", "--busbw-floor", "-2"], "--busbw-floor -2.0"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):

@@ -34,20 +34,6 @@ def test_version(capsys):
     assert capsys.readouterr().out.startswith("pycli ")
 
 
-def test_controller_and_its_old_name_backend():
-    from pycli.cli_options import controller_option
-    from pycli.errors import BadInput
-
-    assert controller_option(None, None) == "gloo"
-    assert controller_option("mpi", None) == controller_option(None, "mpi") == controller_option("mpi", "mpi") == "mpi"
-    with pytest.raises(BadInput, match="unknown --controller 'nccl'"):
-        controller_option("nccl", None)
-    with pytest.raises(BadInput, match="unknown --backend 'nccl'"):
-        controller_option(None, "nccl")
-    with pytest.raises(BadInput, match="--controller mpi and --backend gloo disagree"):
-        controller_option("mpi", "gloo")
-
-
 INVENTORY = "[nodes]\nn1 ansible_host=10.0.0.1 slots=2\nn2 ansible_host=10.0.0.2 slots=2\n"
 
 
@@ -74,10 +60,46 @@ def test_two_different_inventories_are_one_line_and_exit_2(command, tmp_path, ca
     assert err.count("\n") == 1 and f"two inventories given, {first} and -i {second}" in err
 
 
-@pytest.mark.parametrize("command", [["inventory", "show"], ["hostfile"], ["provision"], ["fetch"], ["check"]])
-def test_no_inventory_at_all_is_exit_2(command, capsys):
+EVERY_INVENTORY_COMMAND = [
+    ["inventory", "show"], ["hostfile"], ["provision"], ["fetch"], ["check"], ["train", "--np", "2"], ["bench"],
+    ["drain", "n1", "--reason", "r"], ["undrain", "n1"],
+]
+
+
+@pytest.mark.parametrize("command", EVERY_INVENTORY_COMMAND)
+def test_no_inventory_and_no_local_cluster_is_one_line_and_exit_2(command, capsys, monkeypatch):
+    monkeypatch.setattr("pycli.local_cluster.running_clusters", lambda: {})
     assert main(command) == 2
-    assert "no inventory given; name it as the first argument or with -i INVENTORY" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err == ("pycli: error: no inventory given and no local cluster is up: name one (first argument or "
+                   "-i INVENTORY), or run 'pycli cluster up'\n")
+
+
+@pytest.mark.parametrize("command", EVERY_INVENTORY_COMMAND)
+def test_every_command_falls_back_to_the_one_local_cluster_up_and_says_so(command, tmp_path, capsys, monkeypatch):
+    # One rule for all: the inventory of the local cluster that is up, named on stderr. The
+    # inventory here names hosts that do not answer, so only the commands that touch no node run
+    # to the end; every command gets as far as reading it (no "no inventory given").
+    inventory = tmp_path / "local-x.ini"
+    inventory.write_text(INVENTORY)
+    monkeypatch.setattr("pycli.local_cluster.running_clusters", lambda: {"x": inventory})
+    monkeypatch.setenv("PYCLI_STATE", str(tmp_path / "state"))
+    monkeypatch.setattr("pycli.cli_provision.provision", lambda cluster, request: 0)
+    monkeypatch.setattr("pycli.cli_cache.provision", lambda cluster, request: 0)
+    monkeypatch.setattr("pycli.check_run.check", lambda cluster, options, as_json=False: 0)
+    monkeypatch.setattr("pycli.train.run_job", lambda cluster, request: type("Outcome", (), {"code": 0})())
+    monkeypatch.setattr("pycli.bench.bench", lambda cluster, request: 0)
+    main(command)
+    err = capsys.readouterr().err
+    assert err.startswith(f"pycli: inventory {inventory}: the local cluster 'x', the one that is up\n")
+    assert "no inventory given" not in err
+
+
+def test_two_local_clusters_up_and_no_inventory_is_exit_2(capsys, monkeypatch):
+    monkeypatch.setattr("pycli.local_cluster.running_clusters", lambda: {"a": Path("a.ini"), "b": Path("b.ini")})
+    assert main(["provision"]) == 2
+    assert capsys.readouterr().err == (
+        "pycli: error: no inventory given and 2 local clusters are up (a, b): name one (first argument or -i INVENTORY)\n")
 
 
 @pytest.mark.parametrize(("command", "module"), [(["provision"], "pycli.cli_provision"), (["fetch"], "pycli.cli_cache")])

@@ -33,7 +33,7 @@ def ok(capsys, *args: str) -> str:
 
 def test_new_from_hosts_writes_a_commented_inventory_ansible_reads(capsys, tmp_path):
     output = tmp_path / "cluster.ini"
-    out = ok(capsys, "inventory", "new", "-o", output, "--hosts", "gpu1,admin@gpu2:2222,gpu3", "--slots", "4", "--user", "train", "--launcher", "gpu3")
+    out = ok(capsys, "inventory", "new", "-o", output, "--hosts", "gpu1,admin@gpu2:2222,gpu3", "--slots", "4", "--user", "train", "--launcher-host", "gpu3")
     assert f"wrote {output} (3 hosts)" in out
     text = output.read_text()
     assert text.startswith("# Cluster inventory written by 'pycli inventory new' from --hosts gpu1,admin@gpu2:2222,gpu3.")
@@ -132,7 +132,7 @@ def test_show_json(capsys, inventory):
         ([], "10.0.0.1 slots=4\n10.0.0.2 slots=2\n"),
         (["--format", "mpi", "--np", "5"], "10.0.0.1 slots=4\n10.0.0.2 slots=1\n"),
         (["--format", "horovod"], "10.0.0.1:4,10.0.0.2:2\n"),
-        (["-f", "horovod", "--np", "3"], "10.0.0.1:3\n"),
+        (["--format", "horovod", "--np", "3"], "10.0.0.1:3\n"),
         (["--format", "deepspeed", "--np", "6"], "10.0.0.1 slots=4\n10.0.0.2 slots=2\n"),
     ],
 )
@@ -184,7 +184,7 @@ CLI_ERRORS: dict[str, tuple[list[str], str]] = {
     "new: same address and port": ([*NEW, "--hosts", "a:22,a:22"], "host 'a' is listed twice"),
     "new: bad name": ([*NEW, "--hosts", "gpu_1"], "'gpu_1' is not a valid host name"),
     "new: bad port": ([*NEW, "--hosts", "a:99999"], "the SSH port must be a number from 1 to 65535"),
-    "new: launcher not a node": ([*NEW, "--hosts", "a,b", "--launcher", "c"], "launcher 'c' is not in group 'nodes'"),
+    "new: launcher not a node": ([*NEW, "--hosts", "a,b", "--launcher-host", "c"], "launcher 'c' is not in group 'nodes'"),
     "new: slots zero": ([*NEW, "--hosts", "a", "--slots", "0"], "Invalid value for '--slots'"),
     "new: missing key": ([*NEW, "--hosts", "a", "--key", "{tmp}/nokey"], "no such file"),
     "new: missing hosts file": ([*NEW, "--hosts-file", "{tmp}/nofile"], "cannot read it"),

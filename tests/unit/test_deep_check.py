@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from pycli.check import FAIL, PASS, check_options
+from pycli.check import FAIL, PASS
+from pycli.check_options import check_options
 from pycli.check_run import drain_suspects, gates_for
 from pycli.cluster_model import load_cluster
 from pycli.deep_check import (

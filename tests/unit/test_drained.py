@@ -97,7 +97,7 @@ def test_a_damaged_list_is_one_line_naming_it(state, inventory):
 def test_the_cli_drains_and_every_command_that_places_ranks_says_what_it_left_out(state, inventory):
     env = {"PYCLI_STATE": str(state)}
     drained = run_pycli("drain", "node2", "-i", str(inventory), "--reason", "link 11 % of the median", env=env)
-    assert drained.returncode == 0 and drained.stdout.startswith("pycli: drained node2 (link 11 % of the median; since ")
+    assert drained.returncode == 0 and drained.stdout.startswith("drained node2 (link 11 % of the median; since ")
     hostfile = run_pycli("hostfile", str(inventory), env=env)
     assert hostfile.returncode == 0 and hostfile.stdout == "10.9.0.1 slots=2\n10.9.0.3 slots=2\n"  # stdout stays a hostfile
     assert hostfile.stderr.startswith("pycli: leaving out drained node2 (link 11 % of the median;")
