@@ -12,7 +12,7 @@ from rich.table import Table
 
 from pycli import local_cluster
 from pycli.cli_options import JSON_OPTION, output_option
-from pycli.local_plan import DEFAULT_SLOTS, validate_name
+from pycli.local_plan import LOCAL_NODE_SLOTS, validate_name
 from pycli.local_image import DEFAULT_MIRROR, DEFAULT_SUITE, ImageSpec, ensure_image
 
 cluster_app = typer.Typer(help="A local cluster of systemd node containers (no servers needed).", no_args_is_help=True)
@@ -41,7 +41,7 @@ def image_cmd(ca_bundle: Path | None = CA_BUNDLE, mirror: str = MIRROR) -> None:
 def up_cmd(
     nodes: int = typer.Option(2, "--nodes", "-n", help="How many nodes."),
     slots: int = typer.Option(
-        DEFAULT_SLOTS, "--slots", help="Processes per node that --np fills (ranks share the machine's cores).",
+        LOCAL_NODE_SLOTS, "--slots", help="Processes per node that --np fills (ranks share the machine's cores).",
     ),
     name: str = NAME,
     subnet: str | None = typer.Option(None, "--subnet", help="IPv4 subnet of the cluster's network, /16 to /28 (default: a free /24 of 172.28.0.0/16)."),

@@ -24,8 +24,6 @@ MAX_NODES = 64
 # workloads split the machine's cores between the ranks of a node. Not the slots of an
 # inventory host that names none (cluster_model.DEFAULT_SLOTS).
 LOCAL_NODE_SLOTS = 4
-# The old name, until pycli/cli_cluster.py imports LOCAL_NODE_SLOTS; then it goes.
-DEFAULT_SLOTS = LOCAL_NODE_SLOTS
 # Local clusters get a /24 each out of this block, picked from the cluster's name.
 SUBNET_POOL = ipaddress.ip_network("172.28.0.0/16")
 FIRST_NODE_OFFSET = 10
