@@ -33,6 +33,7 @@ from pycli.cluster_model import INTERFACE_VAR, Host
 from pycli.deep_plots import plot_compute, plot_links
 from pycli.gpu_health import gate_gpu_health
 from pycli.iperf import parse_iperf3, tcp_client_command, tcp_server_command, tcp_stop_command
+from pycli.launch_lines import socket_interface_env
 from pycli.nodes import ssh_each
 
 # Prints {"device": GFLOP/s, ...}: a float32 matmul repeated for SECONDS on every GPU, else the CPU.
@@ -86,9 +87,8 @@ PAIR_ALLREDUCE_PORT = 29431  # rank 0's rendezvous port on the second node of ea
 
 def pair_allreduce_command(python: str, rank: int, master: str, port: int, interface: str | None) -> str:
     """One rank of a pair's allreduce; the ranks talk over the inventory's NIC when it names one."""
-    nic = [f"GLOO_SOCKET_IFNAME={interface}", f"NCCL_SOCKET_IFNAME={interface}"] if interface else []
-    return shlex.join(["env", *nic, python, "-c", _PAIR_ALLREDUCE_PROBE, str(rank), master, str(port),
-                       str(PAIR_ALLREDUCE_BYTES), str(PAIR_ALLREDUCE_ITERS)])
+    return shlex.join(["env", *socket_interface_env(interface), python, "-c", _PAIR_ALLREDUCE_PROBE, str(rank), master,
+                       str(port), str(PAIR_ALLREDUCE_BYTES), str(PAIR_ALLREDUCE_ITERS)])
 
 
 def parse_pair_allreduce(stdout: str) -> float:

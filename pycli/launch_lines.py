@@ -203,6 +203,16 @@ def _program(plan: JobPlan) -> list[str]:
     return [plan.python, "-u", str(plan.remote_script), *workload_args(plan)]
 
 
+# The variables that put the sockets of torch's collective libraries on one NIC.
+SOCKET_INTERFACE_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
+def socket_interface_env(interface: str | None) -> list[str]:
+    """NAME=VALUE settings that keep Gloo's and NCCL's sockets on `interface` (none without one):
+    for every rank pycli starts, the jobs' and the deep check's probes alike."""
+    return [f"{name}={interface}" for name in SOCKET_INTERFACE_VARS] if interface else []
+
+
 def ssh_port_option(ports: set[int]) -> int | None:
     """The SSH port a launcher must be told (it takes one for all hosts); None for the default."""
     return None if ports == {DEFAULT_SSH_PORT} else min(ports)
@@ -283,8 +293,9 @@ def mpirun_argv(
     if (port := ssh_port_option(ssh_ports)) is not None:
         argv += ["-mca", "plm_rsh_args", f"-p {port}"]
     if network_interface:
-        argv += ["-mca", "btl_tcp_if_include", network_interface, "-mca", "oob_tcp_if_include", network_interface,
-                 "-x", f"NCCL_SOCKET_IFNAME={network_interface}", "-x", f"GLOO_SOCKET_IFNAME={network_interface}"]
+        argv += ["-mca", "btl_tcp_if_include", network_interface, "-mca", "oob_tcp_if_include", network_interface]
+        for setting in socket_interface_env(network_interface):
+            argv += ["-x", setting]
     return argv
 
 
@@ -350,8 +361,7 @@ def remote_shell(plan: JobPlan, argv: Sequence[str], hosts: Sequence[Host] | Non
     env += launch_env(plan)
     if plan.restarts_by_agents:
         env += TORCHRUN_ELASTIC_ENV
-    if plan.network_interface:
-        env += [f"GLOO_SOCKET_IFNAME={plan.network_interface}", f"NCCL_SOCKET_IFNAME={plan.network_interface}"]
+    env += socket_interface_env(plan.network_interface)
     if plan.container:
         return containers.exec_line(plan.container, plan.job_id, plan.job_dir, env, argv)
     # Every word quoted, the inventory's and the command line's values with them; only the

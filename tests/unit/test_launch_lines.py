@@ -126,3 +126,17 @@ def test_the_horovod_role_takes_its_venv_from_the_common_role():
     from pycli.paths import role_defaults
 
     assert "common_venv_path" in role_defaults("horovod")["horovod_venv_path"]
+
+
+def test_gloo_and_nccl_sockets_follow_the_interface_in_every_line_that_names_one():
+    from pycli.deep_check import pair_allreduce_command
+    from pycli.launch_lines import socket_interface_env
+
+    assert socket_interface_env(None) == [] and socket_interface_env("") == []
+    settings = socket_interface_env("ens5")
+    assert sorted(settings) == ["GLOO_SOCKET_IFNAME=ens5", "NCCL_SOCKET_IFNAME=ens5"]
+    mpirun = mpirun_argv("mpirun", HOSTS, np=4, user="me", ssh_ports={22}, network_interface="ens5")
+    assert all(("-x", setting) in _flag_pairs(mpirun) for setting in settings)
+    probe = shlex.split(pair_allreduce_command("/v/bin/python", 0, "10.9.0.1", 29431, "ens5"))
+    assert probe[:3] == ["env", *settings]
+    assert shlex.split(pair_allreduce_command("/v/bin/python", 0, "10.9.0.1", 29431, None))[1] == "/v/bin/python"
