@@ -287,7 +287,7 @@ def _ini_lines_set_twice(inventory: Any, as_given: _AsGiven) -> list[Located]:
                         "Ansible silently keeps this last one; list each host once",
                     )
 
-    problems = []
+    problems: list[Located] = []
     for host in inventory.hosts.values():
         problems += twice(f"host {host.name!r}", host.vars)
     for group in inventory.groups.values():

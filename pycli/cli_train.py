@@ -77,7 +77,8 @@ def train_cmd(
 
     if workload is not None and workload.startswith("-"):  # `train --np 8 -- --epochs 1`: no workload named
         workload, script_args = None, [workload, *(script_args or [])]
-    positional, rest = leading_inventory([workload, *(script_args or [])] if workload else [], tuple(WORKLOADS))
+    free = [workload, *(script_args or [])] if workload is not None else []
+    positional, rest = leading_inventory(free, tuple(WORKLOADS))
     if positional is not None:  # the workload, if named, follows the inventory; script arguments start with '-'
         workload = rest.pop(0) if rest and not rest[0].startswith("-") else None
         script_args = rest

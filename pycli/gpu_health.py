@@ -55,7 +55,8 @@ class Section:
 def split_sections(stdout: str) -> dict[str, Section]:
     """The command's output by source; `none` alone when the node has no nvidia-smi."""
     sections: dict[str, Section] = {}
-    name, lines = None, []
+    name: str | None = None
+    lines: list[str] = []
 
     def close(rc: int | None = None) -> None:
         if name is not None:

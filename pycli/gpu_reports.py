@@ -163,7 +163,7 @@ def gpu_state(index: int, bus_id: str, block: Mapping) -> GpuState:
 def parse_nvidia_smi_q(text: str) -> list[GpuState]:
     """Every GPU of an `nvidia-smi -q` report, in its order (the index nvidia-smi gives it)."""
     tree = parse_smi_tree(text)
-    states = []
+    states: list[GpuState] = []
     for key, block in tree.items():
         if (match := _BUS_ID.match(key)) and isinstance(block, dict):
             states.append(gpu_state(len(states), match[1], block))

@@ -129,8 +129,8 @@ def parse_hostfile(text: str, *, source: str) -> list[HostEntry]:
             elif not (option and option["key"] in _IGNORED_OPTIONS):
                 problems.append(Located(where, f"{word!r} is not understood; a line is `host`, `host slots=N` or `host:N`"))
         entry, entry_problem = _entry(name, slots_text)
-        if entry_problem:
-            problems.append(Located(where, entry_problem))
+        if entry is None:
+            problems.append(Located(where, str(entry_problem)))
         elif name in first_line:
             already = f"host {name!r} is already on line {first_line[name]}"
             problems.append(Located(where, f"{already}; list each host once, with slots=N"))
@@ -154,8 +154,8 @@ def parse_horovod_hosts(text: str) -> list[HostEntry]:
             problems.append("an empty entry between commas; write host:slots,host:slots")
             continue
         entry, entry_problem = _entry(*_split_host_colon_slots(item))
-        if entry_problem:
-            problems.append(entry_problem)
+        if entry is None:
+            problems.append(str(entry_problem))
         elif any(known.name == entry.name for known in entries):
             problems.append(f"host {entry.name!r} is listed twice; list each host once")
         else:

@@ -171,12 +171,13 @@ def parse_cuda(section: str) -> str:
 def node_facts_from_json(data: Mapping[str, object]) -> NodeFacts:
     """NodeFacts from one file facts.yml wrote."""
     probe = parse_probe(str(data.get("probe", "")))
-    nic = data.get("nic") or {}
+    nic = data.get("nic")
+    nic = nic if isinstance(nic, Mapping) else {}
     smi_rc, gpus, driver, smi_error = parse_nvidia_smi(probe.get("nvidia_smi", ""))
 
     def number(value: object) -> int | None:
         try:
-            return int(value)  # type: ignore[arg-type]
+            return int(value)  # type: ignore[call-overload]
         except (TypeError, ValueError):
             return None
 

@@ -125,6 +125,7 @@ class RunRequest:
         if self.module:
             kwargs.update(module=self.module, module_args=self.module_args, host_pattern=self.pattern)
         else:
+            assert self.playbook is not None  # __post_init__: a module or a playbook
             kwargs.update(playbook=str(self.playbook.resolve()), project_dir=str(PROJECT_ROOT))
         if self.limit:
             kwargs["limit"] = self.limit
@@ -203,9 +204,9 @@ def _message(event_data: Mapping[str, object]) -> str:
 def collect_host_event(hosts: dict[str, HostResult], event: Mapping[str, object]) -> None:
     """Fold one ansible-runner event into the per-host results."""
     kind = HOST_EVENTS.get(str(event.get("event")))
-    data = event.get("event_data") or {}
+    data = event.get("event_data")
     host = data.get("host") if isinstance(data, Mapping) else None
-    if not kind or not host:
+    if not kind or not host or not isinstance(data, Mapping):
         return
     result = hosts.setdefault(str(host), HostResult())
     res = data.get("res") or {}
