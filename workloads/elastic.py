@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import os
 
-from trainlib import Metrics, Training, WorkloadError, load_checkpoint
+from wl_checkpoint import load_checkpoint
+from wl_errors import WorkloadError
+from wl_loop import Training
+from wl_metrics import Metrics
 
 
 def train_elastic(comm, args) -> dict:
-    """Train as trainlib.train does, through ranks leaving and joining; the last epoch's metrics."""
+    """Train as wl_loop.train does, through ranks leaving and joining; the last epoch's metrics."""
     hvd = comm.hvd
     run = Training(comm, args)
     # The metrics records are state too: a rollback drops those of the epoch done again, and a

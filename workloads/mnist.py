@@ -15,7 +15,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from elastic import train_elastic  # noqa: E402
-from trainlib import HorovodComm, add_training_arguments, check_arguments, run, train  # noqa: E402
+from wl_comm import HorovodComm  # noqa: E402
+from wl_errors import run  # noqa: E402
+from wl_loop import add_training_arguments, check_arguments, train  # noqa: E402
 
 
 def main() -> None:

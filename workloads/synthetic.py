@@ -20,9 +20,10 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from trainlib import (  # noqa: E402
-    HorovodComm, Metrics, TorchComm, WorkloadError, autocast, peak_memory_mb, pick_device, run, threads_per_rank,
-)
+from wl_comm import HorovodComm, TorchComm  # noqa: E402
+from wl_device import autocast, peak_memory_mb, pick_device, threads_per_rank  # noqa: E402
+from wl_errors import WorkloadError, run  # noqa: E402
+from wl_metrics import Metrics  # noqa: E402
 
 
 class BasicBlock(nn.Module):
