@@ -11,33 +11,38 @@ import csv
 import gzip
 import hashlib
 import importlib.util
-import io
 import random
-import struct
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 from pycli.cache import read_sha256_lines
 from pycli.errors import BadInput, PycliError, read_user_text
 from pycli.inventory_writer import write_text_atomically
+from pycli.launch_lines import WORKLOADS_DIR
 
-IDX_UBYTE = 0x08
+
+def _workload_module(name: str) -> ModuleType:
+    """A module of workloads/ that needs no torch, loaded from its file: the folder is no
+    package (it travels to the nodes as plain scripts), and what the nodes read it defines."""
+    path = WORKLOADS_DIR / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"pycli_workloads_{name}", path)
+    if not path.is_file() or spec is None or spec.loader is None:
+        raise PycliError(f"{path} is missing: pycli must run from a full checkout (pip install -e .)")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The IDX format has one home, beside the reader the nodes run (workloads/wl_idx.py).
+_idx = _workload_module("wl_idx")
+MNIST_NAMES: dict[str, tuple[str, str]] = _idx.MNIST_SPLITS
+idx_bytes = _idx.idx_bytes
+
 DIGITS_VERSION = 1  # bump when the conversion changes
 TEST_EVERY = 5  # one sample in five is held out
 SPLIT_SEED = 1234
-MNIST_NAMES = {
-    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
-}
-
-
-def idx_bytes(shape: tuple[int, ...], values: bytes) -> bytes:
-    """The IDX encoding of unsigned bytes: magic (0, 0, type, ndim), big-endian dims, data."""
-    expected = 1
-    for dim in shape:
-        expected *= dim
-    if len(values) != expected:
-        raise ValueError(f"{len(values)} values do not fill shape {shape}")
-    return bytes([0, 0, IDX_UBYTE, len(shape)]) + struct.pack(f">{len(shape)}I", *shape) + values
+DIGIT_SIDE = 8  # scikit-learn's digits are 8x8 pixels
 
 
 def _sklearn_digits_csv() -> Path:
@@ -82,14 +87,23 @@ def digits_dataset(cache: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     lines = []
     for split, samples in split_digits(read_digits()).items():
-        images_name, labels_name = MNIST_NAMES[split]
-        images = idx_bytes((len(samples), 8, 8), b"".join(pixels for pixels, _ in samples))
-        labels = idx_bytes((len(samples),), bytes(label for _, label in samples))
-        for name, data in ((images_name, images), (labels_name, labels)):
-            (folder / name).write_bytes(data)
+        for name, data in write_idx_split(folder, split, samples, DIGIT_SIDE).items():
             lines.append(f"{hashlib.sha256(data).hexdigest()}  {name}")
     write_text_atomically(manifest, "\n".join(lines) + "\n", force=True)
     return folder
+
+
+def write_idx_split(folder: Path, split: str, samples: Sequence[tuple[bytes, int]], side: int) -> dict[str, bytes]:
+    """One split of (side x side pixel bytes, label) samples as its two MNIST-named IDX files
+    in `folder`; what each file holds, by name."""
+    images_name, labels_name = MNIST_NAMES[split]
+    written = {
+        images_name: idx_bytes((len(samples), side, side), b"".join(pixels for pixels, _ in samples)),
+        labels_name: idx_bytes((len(samples),), bytes(label for _, label in samples)),
+    }
+    for name, data in written.items():
+        (folder / name).write_bytes(data)
+    return written
 
 
 def _manifest_matches(folder: Path, manifest: Path) -> bool:
@@ -105,8 +119,5 @@ def _manifest_matches(folder: Path, manifest: Path) -> bool:
 
 
 def read_idx_header(data: bytes) -> tuple[int, ...]:
-    """The shape an IDX file declares (used by tests and `pycli train` to check a data dir)."""
-    if len(data) < 4 or data[:2] != b"\0\0" or data[2] != IDX_UBYTE:
-        raise ValueError("not an unsigned-byte IDX file")
-    ndim = data[3]
-    return struct.unpack(f">{ndim}I", io.BytesIO(data[4 : 4 + 4 * ndim]).read())
+    """The shape an IDX file declares; ValueError when `data` is no unsigned-byte IDX file."""
+    return _idx.idx_header(data)[0]

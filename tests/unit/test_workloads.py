@@ -10,12 +10,14 @@ import pytest
 import torch
 
 from pycli.errors import BadInput
-from pycli.datasets import MNIST_NAMES, digits_dataset, idx_bytes, read_idx_header, split_digits, read_digits
+from pycli.datasets import MNIST_NAMES, digits_dataset, split_digits, read_digits
 
 WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 sys.path.insert(0, str(WORKLOADS))
 
-import trainlib  # noqa: E402
+from wl_data import load_split  # noqa: E402
+from wl_device import threads_per_rank  # noqa: E402
+from wl_model import DigitNet  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -23,29 +25,13 @@ def digits(tmp_path_factory) -> Path:
     return digits_dataset(tmp_path_factory.mktemp("cache"))
 
 
-def test_idx_written_by_pycli_reads_back_in_the_workload(tmp_path):
-    data = bytes(range(24))
-    path = tmp_path / "x-idx3-ubyte"
-    path.write_bytes(idx_bytes((2, 3, 4), data))
-    assert read_idx_header(path.read_bytes()) == (2, 3, 4)
-    tensor = trainlib.read_idx(path)
-    assert tensor.shape == (2, 3, 4) and tensor.flatten().tolist() == list(data)
-
-
-def test_truncated_idx_is_a_clear_error(tmp_path):
-    path = tmp_path / "bad"
-    path.write_bytes(idx_bytes((2, 2), bytes(4))[:-1])
-    with pytest.raises(trainlib.WorkloadError, match="header says 4"):
-        trainlib.read_idx(path)
-
-
 def test_digits_dataset_is_all_the_real_samples_split_without_overlap(digits):
     rows = read_digits()
     assert len(rows) == 1797 and {label for _, label in rows} == set(range(10))
     split = split_digits(rows)
     assert len(split["train"]) + len(split["test"]) == 1797
-    train = trainlib.load_split(digits, "train")
-    test = trainlib.load_split(digits, "test")
+    train = load_split(digits, "train")
+    test = load_split(digits, "test")
     assert train.tensors[0].shape[1:] == (1, 8, 8) and len(test) == len(split["test"])
     assert sorted(p.name for p in digits.iterdir()) == sorted(["SHA256SUMS", *MNIST_NAMES["train"], *MNIST_NAMES["test"]])
 
@@ -58,7 +44,7 @@ def test_digits_dataset_is_made_once(digits):
 
 @pytest.mark.parametrize("size", [8, 28])
 def test_model_takes_digits_of_both_sizes(size):
-    assert trainlib.DigitNet()(torch.zeros(3, 1, size, size)).shape == (3, 10)
+    assert DigitNet()(torch.zeros(3, 1, size, size)).shape == (3, 10)
 
 
 @pytest.mark.parametrize(
@@ -77,15 +63,15 @@ def test_model_takes_digits_of_both_sizes(size):
     ],
 )
 def test_threads_per_rank_shares_the_cores_between_the_ranks_of_a_node(environ, cpus, expected):
-    assert trainlib.threads_per_rank(0, environ, cpus) == expected
+    assert threads_per_rank(0, environ, cpus) == expected
 
 
 def test_threads_asked_for_win_over_everything():
-    assert trainlib.threads_per_rank(5, {"OMP_NUM_THREADS": "2", "LOCAL_WORLD_SIZE": "8"}, 1) == 5
+    assert threads_per_rank(5, {"OMP_NUM_THREADS": "2", "LOCAL_WORLD_SIZE": "8"}, 1) == 5
 
 
 def test_threads_per_rank_counts_the_cores_this_process_may_use():
-    assert trainlib.threads_per_rank(0, {}) == len(os.sched_getaffinity(0))
+    assert threads_per_rank(0, {}) == len(os.sched_getaffinity(0))
 
 
 def _ddp(tmp_path, digits, *extra):
