@@ -22,73 +22,60 @@ pycli/gpu_health.py.
 
 from __future__ import annotations
 
+import functools
+import io
 import json
 import shlex
 import statistics
+import tarfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from pycli.check import CheckContext, Gate, GateResult, failed, passed, skipped
 from pycli.cluster_model import INTERFACE_VAR, Host
 from pycli.deep_plots import plot_compute, plot_links
 from pycli.gpu_health import gate_gpu_health
 from pycli.iperf import parse_iperf3, tcp_client_command, tcp_server_command, tcp_stop_command
-from pycli.launch_lines import socket_interface_env
+from pycli.job_files import folder_files
+from pycli.launch_lines import WORKLOADS_DIR, socket_interface_env
 from pycli.nodes import ssh_each
 
-# Prints {"device": GFLOP/s, ...}: a float32 matmul repeated for SECONDS on every GPU, else the CPU.
-_COMPUTE_PROBE = """
-import json, sys, time, torch
-seconds = float(sys.argv[1])
-def rate(device):
-    n = 2048 if device.type == "cuda" else 256
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    for _ in range(3):
-        a @ b
-    sync()
-    count, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        for _ in range(8):
-            a @ b
-        sync()
-        count += 8
-    return 2 * n ** 3 * count / (time.perf_counter() - start) / 1e9
-devices = [torch.device("cuda", i) for i in range(torch.cuda.device_count())] or [torch.device("cpu")]
-print(json.dumps({str(d): rate(d) for d in devices}))
-"""
-
-
-# Prints {"busbw_gbps": ...}: one rank of a two-rank allreduce of SIZE bytes, ITERS times after
-# one warm-up; for two ranks the bus bandwidth is the algorithm bandwidth, bytes / time.
-_PAIR_ALLREDUCE_PROBE = """
-import datetime, json, sys, time, torch, torch.distributed as dist
-rank, master, port, size, iters = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-cuda = torch.cuda.is_available()
-dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://{master}:{port}", rank=rank, world_size=2,
-                        timeout=datetime.timedelta(seconds=60))
-device = torch.device("cuda", 0) if cuda else torch.device("cpu")
-data = torch.ones(size // 4, dtype=torch.float32, device=device)
-sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
-dist.all_reduce(data)
-sync()
-start = time.perf_counter()
-for _ in range(iters):
-    dist.all_reduce(data)
-sync()
-seconds = (time.perf_counter() - start) / iters
-dist.destroy_process_group()
-print(json.dumps({"busbw_gbps": size / seconds / 1e9, "backend": "nccl" if cuda else "gloo"}))
-"""
+# The probes are files of the workloads folder; pair_allreduce.py takes its busbw arithmetic
+# from allreduce.py, so the folder travels whole (probe_bundle), as a built-in job's does.
+COMPUTE_PROBE = WORKLOADS_DIR / "compute_probe.py"
+PAIR_ALLREDUCE_PROBE = WORKLOADS_DIR / "pair_allreduce.py"
 PAIR_ALLREDUCE_BYTES = 16 * 2**20
 PAIR_ALLREDUCE_ITERS = 3
 PAIR_ALLREDUCE_PORT = 29431  # rank 0's rendezvous port on the second node of each pair
 
 
+def probe_bundle() -> bytes:
+    """The workloads folder as a gzipped tar, the stdin of every probe command (probe_command)."""
+    return _bundle_of(WORKLOADS_DIR)
+
+
+@functools.cache
+def _bundle_of(folder: Path) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for name, path in folder_files(folder):
+            tar.add(path, arcname=name, recursive=False)
+    return buffer.getvalue()
+
+
+def probe_command(python: str, probe: Path, args: Sequence[object], interface: str | None = None) -> str:
+    """The shell line that runs `probe` on a node: the workloads folder unpacked from stdin
+    (probe_bundle) into a folder of its own, removed when the probe ends, so nothing of the
+    check stays on the node; Gloo and NCCL on the inventory's NIC when it names one."""
+    run = shlex.join(["env", *socket_interface_env(interface), python, probe.name, *map(str, args)])
+    return f'd=$(mktemp -d) || exit 1; trap \'rm -rf -- "$d"\' EXIT; tar -xzf - -C "$d" && cd -- "$d" && {run}'
+
+
 def pair_allreduce_command(python: str, rank: int, master: str, port: int, interface: str | None) -> str:
     """One rank of a pair's allreduce; the ranks talk over the inventory's NIC when it names one."""
-    return shlex.join(["env", *socket_interface_env(interface), python, "-c", _PAIR_ALLREDUCE_PROBE, str(rank), master,
-                       str(port), str(PAIR_ALLREDUCE_BYTES), str(PAIR_ALLREDUCE_ITERS)])
+    return probe_command(python, PAIR_ALLREDUCE_PROBE, [rank, master, port, PAIR_ALLREDUCE_BYTES, PAIR_ALLREDUCE_ITERS],
+                         interface)
 
 
 def parse_pair_allreduce(stdout: str) -> float:
@@ -104,7 +91,7 @@ def parse_pair_allreduce(stdout: str) -> float:
 
 
 def compute_command(python: str, seconds: float) -> str:
-    return shlex.join([python, "-c", _COMPUTE_PROBE, str(seconds)])
+    return probe_command(python, COMPUTE_PROBE, [seconds])
 
 
 def parse_compute(stdout: str) -> dict[str, float]:
@@ -170,7 +157,8 @@ def gate_compute(ctx: CheckContext) -> GateResult:
     batches = [[h] for h in hosts] if ctx.cluster.nodes_share_cpus else [list(hosts)]
     answers = {}
     for batch in batches:
-        answers.update(ssh_each([(h, command) for h in batch], timeout_s=120 + 4 * ctx.options.compute_seconds))
+        answers.update(ssh_each([(h, command) for h in batch], timeout_s=120 + 4 * ctx.options.compute_seconds,
+                                stdin=probe_bundle()))
     figures, failures, devices = {}, {}, {}
     for host in hosts:
         answer = answers[host.name]
@@ -230,7 +218,7 @@ def measure_allreduce(pairs: Sequence[tuple[Host, Host]], probe: PairProbe, port
     for first, second in pairs:
         commands += [(first, pair_allreduce_command(probe.python, 0, first.address, port, probe.interface)),
                      (second, pair_allreduce_command(probe.python, 1, first.address, port, probe.interface))]
-    answers = ssh_each(commands, timeout_s=150)
+    answers = ssh_each(commands, timeout_s=150, stdin=probe_bundle())
     figures = {}
     for first, second in pairs:
         try:

@@ -62,7 +62,7 @@ class StageItem:
         return f"{self.digest}:{self.how}:{self.dest or ''}"
 
 
-def _files(src: Path) -> list[tuple[str, Path]]:
+def folder_files(src: Path) -> list[tuple[str, Path]]:
     """(name in the item, file) for every file of a folder, sorted; a file is its own "file"."""
     if not src.is_dir():
         return [("file", src)]
@@ -77,7 +77,7 @@ def _files(src: Path) -> list[tuple[str, Path]]:
 
 def content_digest(src: Path) -> str:
     """The name of `src` (a file, or a folder's files) on the nodes: the same content, the same name."""
-    files = _files(src)
+    files = folder_files(src)
     quick = sum(path.stat().st_size for _, path in files) > CONTENT_HASH_LIMIT
     digest = hashlib.sha256(b"quick" if quick else b"content")
     for name, path in files:
@@ -165,7 +165,7 @@ def _tar_members(items: Sequence[StageItem]) -> Iterator[tuple[Path, str]]:
     for item in items:
         top = f"direct-{item.digest}" if item.how == "direct" else item.digest
         if item.src.is_dir():
-            for name, path in _files(item.src):
+            for name, path in folder_files(item.src):
                 yield path, f"{top}/{name}"
         elif item.how == "direct":
             yield item.src, top

@@ -3,17 +3,21 @@
 Two ways in, both with the inventory's own connection settings and host keys checked:
 ad-hoc commands through the one runner adapter (`run_on_nodes`, every host answers with a
 `NodeOutput`), and OpenSSH itself (`ssh_argv`) for what must not go through Ansible: a new
-login each time (`ssh_probe`) and a job's processes, their output streamed (`RemoteProcess`).
+login each time (`ssh_probe`), short commands on many nodes at once (`ssh_each`), a byte
+stream into or out of one node (`ssh_stream`: a job's files, its results) and a job's
+processes, their output streamed (`RemoteProcess`).
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from pycli import runner
 from pycli.cluster_model import Cluster, Host
@@ -122,39 +126,100 @@ def ssh_probe(hosts: Sequence[Host], command: str = "true") -> dict[str, NodeOut
 
 
 def ssh_each(commands: Sequence[tuple[Host, str]], timeout_s: float = 3 * SSH_TIMEOUT_S, *,
-             shared: bool = False) -> dict[str, NodeOutput]:
+             shared: bool = False, stdin: bytes | None = None) -> dict[str, NodeOutput]:
     """Each host's own command, all at once over OpenSSH (a new login each unless `shared`); what each answered.
 
-    Shared connections run without a pseudo-terminal: stdout and stderr come back apart. A kept
-    connection can be dead while its master process still runs (the node restarted, or stopped
-    answering): where ssh itself failed through one, the master is closed and the command runs
-    once more, on a new connection."""
-    answers = _ssh_all(commands, timeout_s, shared)
+    `stdin`: the same bytes on every command's stdin (a small bundle of files), sent without a
+    pseudo-terminal, which would mangle them. Shared connections run without one too: stdout
+    and stderr come back apart. A kept connection can be dead while its master process still
+    runs (the node restarted, or stopped answering): where ssh itself failed through one, the
+    master is closed and the command runs once more, on a new connection."""
+    answers = _ssh_all(commands, timeout_s, shared, stdin)
     if shared:
-        again = [(host, command) for host, command in commands
-                 if (answers[host.name].rc == SSH_FAILED or (answers[host.name].rc or 0) < 0)
-                 and close_shared_connection(host) and answers[host.name].rc == SSH_FAILED]
+        again = [(host, command) for host, command in commands if _through_dead_connection(host, answers[host.name].rc)]
         if again:
-            answers.update(_ssh_all(again, timeout_s, shared))
+            answers.update(_ssh_all(again, timeout_s, shared, stdin))
     return answers
 
 
-def _ssh_all(commands: Sequence[tuple[Host, str]], timeout_s: float, shared: bool) -> dict[str, NodeOutput]:
+def _through_dead_connection(host: Host, rc: int | None) -> bool:
+    """ssh failed (or was killed) through a kept connection to `host`: closes it, and says whether
+    the command failed in ssh itself, so that running it again on a new connection is worth it."""
+    return (rc == SSH_FAILED or (rc or 0) < 0) and close_shared_connection(host) and rc == SSH_FAILED
+
+
+def _ssh_all(commands: Sequence[tuple[Host, str]], timeout_s: float, shared: bool,
+             stdin: bytes | None) -> dict[str, NodeOutput]:
     started = {}
     for host, command in commands:
-        argv = ssh_argv(host, command, tty=not shared, shared=shared)
-        started[host.name] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                              stderr=subprocess.PIPE, text=True)
+        argv = ssh_argv(host, command, tty=not shared and stdin is None, shared=shared)
+        started[host.name] = subprocess.Popen(argv, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     answers = {}
     for name, proc in started.items():
         try:
-            out, err = proc.communicate(timeout=timeout_s)
+            out, err = proc.communicate(stdin, timeout=timeout_s)
+            why_not = b""
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
-            err += f"\nno answer within {timeout_s:g} s"
-        answers[name] = NodeOutput(name, proc.returncode, out.replace("\r", ""), err.replace("\r", ""))
+            why_not = f"\nno answer within {timeout_s:g} s".encode()
+        answers[name] = NodeOutput(name, proc.returncode, _text(out), _text(err + why_not))
     return answers
+
+
+def _text(output: bytes) -> str:
+    return output.decode(errors="replace").replace("\r", "")
+
+
+def ssh_stream(host: Host, command: str, *, send: Callable[[IO[bytes]], None] | None = None,
+               receive: Callable[[IO[bytes]], None] | None = None, timeout_s: float) -> NodeOutput:
+    """`command` on `host` over its shared connection, `send` writing the bytes of its stdin (a tar
+    stream of a job's files) or `receive` reading those of its stdout (the job's results); what it
+    answered (stdout too when nothing reads it).
+
+    Whatever stops the stream on this side (the node stopped reading, a reader's error) is said
+    in the answer's stderr with the node's own words; the answer is then not ok. Where ssh
+    failed through a dead kept connection, the master is closed and the command runs once
+    more from the start, its stream with it: `send` and `receive` must give the same result
+    when called again (the node unpacks into a fresh folder, the reader overwrites)."""
+    answer = _stream_once(host, command, send, receive, timeout_s)
+    if _through_dead_connection(host, answer.rc):
+        answer = _stream_once(host, command, send, receive, timeout_s)
+    return answer
+
+
+def _stream_once(host: Host, command: str, send: Callable[[IO[bytes]], None] | None,
+                 receive: Callable[[IO[bytes]], None] | None, timeout_s: float) -> NodeOutput:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(ssh_argv(host, command, tty=False, shared=True),
+                                stdin=subprocess.DEVNULL if send is None else subprocess.PIPE,
+                                stdout=out if receive is None else subprocess.PIPE, stderr=err)
+        broken = ""
+        try:
+            if send is not None:
+                assert proc.stdin is not None
+                with proc.stdin:
+                    send(proc.stdin)
+            if receive is not None:
+                assert proc.stdout is not None
+                with proc.stdout:
+                    receive(proc.stdout)
+        except Exception as error:  # any reason the stream stopped is part of the answer
+            broken = f"\nthe stream broke off: {error}"
+            if receive is not None:
+                proc.kill()  # nothing reads what it sends now; a node that stopped reading says why itself
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+            broken += f"\nno answer within {timeout_s:g} s"
+        out.seek(0)
+        err.seek(0)
+        if broken and code == 0:
+            code = 1  # ssh ended well, but what it carried did not
+        return NodeOutput(host.name, code, _text(out.read()), _text(err.read()) + broken)
 
 
 def close_shared_connection(host: Host) -> bool:

@@ -3,6 +3,7 @@ output, the pictures; and --fence putting the named nodes on the drained list.""
 
 import itertools
 import json
+import os
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ from pycli.check_run import drain_suspects, gates_for
 from pycli.cluster_model import load_cluster
 from pycli.deep_check import (
     DEEP_GATES, Link, compute_command, evaluate_compute, evaluate_links, pair_allreduce_command, pair_rounds,
-    parse_compute, parse_pair_allreduce, ratios_to_others,
+    parse_compute, parse_pair_allreduce, probe_bundle, ratios_to_others,
 )
 from pycli.deep_plots import plot_compute, plot_links
 from pycli.drained import with_drained
@@ -81,26 +82,31 @@ def test_a_pair_slow_only_in_its_allreduce_is_named_and_a_failed_allreduce_fails
     assert broken.status == FAIL and broken.message == "node1 <-> node2: allreduce rank on node2: exit 1"
 
 
-def test_the_pair_allreduce_runs_here_between_two_processes_and_reads_back():
+def test_the_pair_allreduce_runs_here_between_two_processes_and_reads_back(tmp_path):
     """Both ranks of the probe as the nodes run them (bash, this venv's torch, Gloo over loopback)."""
     import socket
 
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
-    ranks = [subprocess.Popen(["bash", "-c", pair_allreduce_command(sys.executable, rank, "127.0.0.1", port, "lo")],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
-    outputs = [rank.communicate(timeout=120) for rank in ranks]
+    bundle = tmp_path / "bundle.tgz"  # the workloads folder, as ssh_each hands it to every node
+    bundle.write_bytes(probe_bundle())
+    with bundle.open("rb") as first, bundle.open("rb") as second:
+        ranks = [subprocess.Popen(["bash", "-c", pair_allreduce_command(sys.executable, rank, "127.0.0.1", port, "lo")],
+                                  stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for rank, stdin in enumerate((first, second))]
+        outputs = [rank.communicate(timeout=120) for rank in ranks]
     assert [rank.returncode for rank in ranks] == [0, 0], outputs
-    assert all(parse_pair_allreduce(out) > 0.001 for out, _ in outputs)
+    assert all(parse_pair_allreduce(out.decode()) > 0.001 for out, _ in outputs)
     for bad in ("", "RuntimeError: Connection refused", '{"busbw_gbps": 0}'):
         with pytest.raises(ValueError):
             parse_pair_allreduce(bad)
 
 
 def test_the_compute_probe_runs_here_and_its_output_reads_back():
-    done = subprocess.run(["bash", "-c", compute_command(sys.executable, 0.2)], capture_output=True, text=True, timeout=120)
-    figures = parse_compute(done.stdout)
+    done = subprocess.run(["bash", "-c", compute_command(sys.executable, 0.2)], input=probe_bundle(), capture_output=True,
+                          timeout=120)
+    figures = parse_compute(done.stdout.decode())
     assert done.returncode == 0 and list(figures) == ["cpu"] and figures["cpu"] > 0.1
     for bad in ("", "Traceback ...\nModuleNotFoundError: No module named 'torch'", '{"cpu": "fast"}'):
         with pytest.raises(ValueError):
@@ -156,3 +162,20 @@ def test_a_failing_deep_gate_leaves_the_next_deep_gate_to_run(tmp_path):
 
     results = run_gates([gate("compute", FAIL, stops=False), gate("links", FAIL), gate("after", PASS)], ctx=None)
     assert ran == ["compute", "links"] and [r.status for r in results] == [FAIL, FAIL, NOT_RUN]
+
+
+def test_the_probes_travel_with_the_workloads_they_import_and_leave_nothing_behind(tmp_path):
+    """The bundle holds the probes and allreduce.py (pair_allreduce.py's busbw); the probe's
+    folder is gone when it ends, whether it succeeded or not."""
+    import io
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(probe_bundle())) as tar:
+        names = set(tar.getnames())
+    assert {"compute_probe.py", "pair_allreduce.py", "allreduce.py"} <= names
+    assert not any("__pycache__" in name or name.endswith(".pyc") for name in names)
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    failing = compute_command(sys.executable, "not-a-number")
+    done = subprocess.run(["bash", "-c", failing], input=probe_bundle(), capture_output=True, env=env, timeout=120)
+    assert done.returncode != 0 and b"ValueError" in done.stderr
+    assert list(tmp_path.iterdir()) == []
