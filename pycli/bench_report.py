@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
+from pycli.json_documents import RESULTS
 from pycli.sizes import human_size
 
 CELL_COLUMNS = (
@@ -374,7 +375,7 @@ def write_report(document: Mapping, run_dir: Path) -> list[Path]:
     plots += plot_allreduce(document, run_dir / "allreduce.png")
     report = run_dir / "report.md"
     report.write_text(render_markdown(document, [plot.name for plot in plots]))
-    results = run_dir / "results.json"
+    results = run_dir / RESULTS.file_name
     results.write_text(json.dumps(document, indent=2) + "\n")
     cells = [{key: value for key, value in cell.items() if key != "repeats"} for cell in document["cells"]]
     tables = [

@@ -13,6 +13,7 @@ from pathlib import Path
 from pycli.bench_plan import BenchRequest, Cell, Skipped, request_command
 from pycli.bench_stats import CellSummary, Estimate, CellRun
 from pycli.iperf import TcpLink
+from pycli.json_documents import RESULTS, versioned
 from pycli.node_facts import NodeFacts
 
 
@@ -86,7 +87,7 @@ def results_document(
     allreduce_runs: Sequence[AllreduceRun], allreduce_skipped: Sequence[Skipped], tcp: TcpLink | None,
 ) -> dict:
     """Everything the bench found, as plain data: results.json, and what bench_report.py renders."""
-    return {
+    return versioned(RESULTS, {
         "command": request_command(inventory, request),
         "inventory": str(inventory),
         "run_dir": str(run_dir),
@@ -101,4 +102,4 @@ def results_document(
         "allreduce": [allreduce_document(run) for run in allreduce_runs]
         + [{**skipped_document(skip), "sizes": []} for skip in allreduce_skipped],
         "tcp": asdict(tcp) if tcp else None,
-    }
+    })

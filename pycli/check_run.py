@@ -11,6 +11,7 @@ from pathlib import Path
 from pycli.check import FAIL, GATES, NOT_RUN, PASS, SKIP, CheckContext, CheckOptions, Gate, GateResult
 from pycli.cluster_model import Cluster, Drained
 from pycli.errors import EXIT_OK
+from pycli.json_documents import CHECK, versioned
 from pycli.paths import new_run_dir
 
 
@@ -49,7 +50,7 @@ def result_line(index: int, result: GateResult) -> str:
 
 def report_json(inventory: Path, run_dir: Path, results: Sequence[GateResult], drained: Sequence[Drained] = ()) -> dict:
     failure = next((result.name for result in results if result.status == FAIL), None)
-    return {
+    return versioned(CHECK, {
         "inventory": str(inventory),
         "run_dir": str(run_dir),
         "passed": failure is None,
@@ -58,7 +59,7 @@ def report_json(inventory: Path, run_dir: Path, results: Sequence[GateResult], d
         "drained": [asdict(entry) for entry in drained],
         "gates": [{**{key: value for key, value in asdict(result).items() if key != "exit_code"}, "seconds": round(result.seconds, 2)}
                   for result in results],
-    }
+    })
 
 
 def gates_for(options: CheckOptions) -> tuple[Gate, ...]:
@@ -105,7 +106,7 @@ def check(cluster: Cluster, options: CheckOptions, *, as_json: bool = False, wri
         if not as_json:
             for line in fenced:
                 write(f"pycli: fenced {line}; 'pycli undrain' takes it back")
-    (run_dir / "check.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (run_dir / CHECK.file_name).write_text(json.dumps(summary, indent=2) + "\n")
     if as_json:
         write(json.dumps(summary, indent=2))
     elif summary["passed"]:

@@ -14,10 +14,11 @@ from pathlib import Path
 
 from pycli.cluster_model import Cluster
 from pycli.errors import BadInput
+from pycli.json_documents import RECAP, load_json_object, require_known_version, versioned
 
 # The name of the last task of playbooks/site.yml (play "End of the run").
 END_TASK = "Mark this node as through every play"
-RECAP_FILE = "recap.json"
+RECAP_FILE = RECAP.file_name
 
 OK, FAILED, UNREACHABLE, INCOMPLETE = "ok", "FAILED", "UNREACHABLE", "incomplete"
 
@@ -33,7 +34,7 @@ def host_state(*, unreachable: bool, failed: bool, through: bool | None) -> str:
 
 def write_recap(run_dir: Path, cluster: Cluster, states: Mapping[str, str]) -> Path:
     path = run_dir / RECAP_FILE
-    record = {"inventory": str(cluster.inventory_path.resolve()), "hosts": dict(states)}
+    record = versioned(RECAP, {"inventory": str(cluster.inventory_path.resolve()), "hosts": dict(states)})
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path
 
@@ -47,16 +48,22 @@ def _recaps(runs: Path) -> list[Path]:
 
 def last_unfinished(cluster: Cluster, runs: Path) -> tuple[Path, list[str]]:
     """The newest provisioning run of this inventory under `runs`, and its hosts that did not
-    end `ok` (in inventory order, only those still in the inventory)."""
+    end `ok` (in inventory order, only those still in the inventory).
+
+    The newest recap of this inventory written by a pycli of another recap version is refused
+    (BadInput), not passed over for an older one: it would retry hosts that run already did."""
     wanted = str(cluster.inventory_path.resolve())
     for path in _recaps(runs):
         try:
-            record = json.loads(path.read_text())
-            if record.get("inventory") != wanted:
-                continue
-            states = record["hosts"]
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            continue  # a folder from another version or a damaged file: not this inventory's record
+            record = load_json_object(path)
+        except (OSError, ValueError):
+            continue  # a damaged file: nobody's record
+        if record.get("inventory") != wanted:
+            continue
+        require_known_version(RECAP, record, path)
+        states = record.get("hosts")
+        if not isinstance(states, dict):
+            continue  # no per-host record: not a recap pycli wrote
         names = [host.name for host in cluster.hosts]
         return path.parent, [name for name in names if states.get(name, OK) != OK]
     raise BadInput(
