@@ -13,20 +13,18 @@ its store lacks, in one tar stream. The node's side is one script, node_files/st
 from __future__ import annotations
 
 import hashlib
-import io
 import shlex
-import subprocess
 import tarfile
-import tempfile
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
+from typing import IO
 
 from pycli.cluster_model import Host
 from pycli.errors import BadInput, PycliError, Unreachable, warn
 from pycli.launch_lines import AUTOTUNE_LOG, WORKLOADS_DIR, JobPlan, stray_sweep_line
-from pycli.nodes import SSH_FAILED, SSH_TIMEOUT_S, NodeOutput, ssh_argv, ssh_each
+from pycli.nodes import SSH_FAILED, SSH_TIMEOUT_S, NodeOutput, ssh_each, ssh_stream
 from pycli.paths import PROJECT_ROOT
 
 STAGE_SCRIPT = PROJECT_ROOT / "pycli" / "node_files" / "stage-job.sh"
@@ -173,7 +171,7 @@ def _tar_members(items: Sequence[StageItem]) -> Iterator[tuple[Path, str]]:
             yield item.src, f"{top}/file"
 
 
-def write_tar(items: Sequence[StageItem], out: io.RawIOBase | io.BufferedIOBase) -> None:
+def write_tar(items: Sequence[StageItem], out: IO[bytes]) -> None:
     """The items as the stage script unpacks them: top folders named by digest (direct-DIGEST for direct items)."""
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, dereference=True) as tar:
         for path, name in _tar_members(items):
@@ -192,30 +190,9 @@ def _failure(what: str, answers: dict[str, NodeOutput]) -> PycliError | None:
 
 
 def _receive(host: Host, command: str, items: Sequence[StageItem]) -> NodeOutput:
-    """Run the stage script's receive mode on `host`, the items' tar stream on its stdin."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(ssh_argv(host, command, tty=False, shared=True), stdin=subprocess.PIPE,
-                                stdout=out, stderr=err)
-        assert proc.stdin is not None
-        broken = ""
-        try:
-            write_tar(items, proc.stdin)
-        except OSError as error:  # the node stopped reading: its own error says why
-            broken = f"\nthe tar stream broke off: {error}"
-        finally:
-            try:
-                proc.stdin.close()
-            except OSError:
-                pass
-        try:
-            code = proc.wait(timeout=STAGE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.wait()
-            broken += f"\nno answer within {STAGE_TIMEOUT_S} s"
-        out.seek(0)
-        err.seek(0)
-        return NodeOutput(host.name, code, out.read().decode(errors="replace"), err.read().decode(errors="replace") + broken)
+    """Run the stage script's receive mode on `host`, the items' tar stream on its stdin. Sent
+    again whole if the kept connection was dead: the node unpacks into a fresh folder each time."""
+    return ssh_stream(host, command, send=lambda stdin: write_tar(items, stdin), timeout_s=STAGE_TIMEOUT_S)
 
 
 def stage(plan: JobPlan, run_dir: Path, container_files: Path | None = None, discovery: Path | None = None) -> JobPlan:
@@ -265,23 +242,16 @@ RESULTS_LINE = (
 def collect(plan: JobPlan, results: Path) -> None:
     """Fetch rank 0's metrics and checkpoints into `results` (one tar stream over the shared connection)."""
     command = f"cd {shlex.quote(str(plan.job_dir))} && {RESULTS_LINE}"
-    proc = subprocess.Popen(ssh_argv(plan.rank0, command, tty=False, shared=True), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdout is not None and proc.stderr is not None
     results.mkdir(parents=True, exist_ok=True)
-    try:
-        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+
+    def unpack(stdout: IO[bytes]) -> None:  # a second try writes the same files again
+        with tarfile.open(fileobj=stdout, mode="r|") as tar:
             tar.extractall(results, filter="data")
-    except tarfile.TarError as err:
-        proc.kill()
-        why = proc.stderr.read().decode(errors="replace").strip().splitlines()
-        raise PycliError(f"fetching the results from {plan.rank0.name}: {why[-1] if why else err}") from None
-    finally:
-        code = proc.wait()
-    if code != 0:
-        why = proc.stderr.read().decode(errors="replace").strip().splitlines()
-        error = Unreachable if code == SSH_FAILED else PycliError
-        raise error(f"fetching the results from {plan.rank0.name}: {why[-1] if why else f'exit {code}'}")
+
+    answer = ssh_stream(plan.rank0, command, receive=unpack, timeout_s=STAGE_TIMEOUT_S)
+    if not answer.ok:
+        error = Unreachable if answer.rc == SSH_FAILED else PycliError
+        raise error(f"fetching the results from {plan.rank0.name}: {answer.why()}")
 
 
 def stop_strays(plan: JobPlan) -> dict[str, str]:

@@ -344,3 +344,49 @@ esac
     (tmp_path / "calls").unlink()
     assert ssh_each([(hosts[1], "true")])["n2"].rc == 255  # a new login each time: never retried
     assert (tmp_path / "calls").read_text().splitlines() == ["run 10.0.0.2"]
+
+
+def _stale_master_ssh(tmp_path, monkeypatch, run_line: str) -> Path:
+    """An `ssh` whose kept connection to 10.0.0.1 is dead until it is told to exit; then it runs `run_line`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(f"""#!/bin/bash
+host=${{@: -1}}; [ "${{@: -4:1}}" = "-O" ] && op=${{@: -3:1}} || {{ op=run; host=${{@: -2:1}}; }}
+echo "$op $host" >> {tmp_path}/calls
+case $op in
+    check) [ -e {tmp_path}/closed ] && exit 255 || exit 0 ;;
+    exit) touch {tmp_path}/closed; exit 0 ;;
+    run) [ -e {tmp_path}/closed ] || {{ echo "mux_client_request_session: read from master failed" >&2; exit 255; }}
+         {run_line} ;;
+esac
+""")
+    (bin_dir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return tmp_path / "calls"
+
+
+def test_a_stream_through_a_dead_kept_connection_is_sent_again_whole(tmp_path, monkeypatch):
+    from pycli.cluster_model import Host
+    from pycli.nodes import ssh_stream
+
+    calls = _stale_master_ssh(tmp_path, monkeypatch, f"cat > {tmp_path}/received; echo unpacked")
+    answer = ssh_stream(Host("n1", "10.0.0.1"), "receive", send=lambda stdin: stdin.write(b"tar bytes"), timeout_s=30)
+    assert answer.ok and answer.stdout == "unpacked\n" and (tmp_path / "received").read_bytes() == b"tar bytes"
+    assert calls.read_text().splitlines().count("run 10.0.0.1") == 2
+
+
+def test_a_stream_read_back_or_broken_off_says_so(tmp_path, monkeypatch):
+    from pycli.cluster_model import Host
+    from pycli.nodes import ssh_stream
+
+    (tmp_path / "closed").touch()  # a live connection from the start
+    _stale_master_ssh(tmp_path, monkeypatch, "printf 'results'")
+    read = []
+    answer = ssh_stream(Host("n1", "10.0.0.1"), "collect", receive=lambda stdout: read.append(stdout.read()), timeout_s=30)
+    assert answer.ok and read == [b"results"]
+
+    def unreadable(stdout):
+        raise ValueError("not a tar stream")
+
+    answer = ssh_stream(Host("n1", "10.0.0.1"), "collect", receive=unreadable, timeout_s=30)
+    assert not answer.ok and answer.why() == "the stream broke off: not a tar stream"
