@@ -111,7 +111,8 @@ def _gpus(node: Mapping) -> str:
         names = sorted(set(node["gpus"]))
         return f"{len(node['gpus'])}x {', '.join(names)}"
     if node.get("gpu_pci"):
-        return f"{len(node['gpu_pci'])} NVIDIA device(s) on PCI, not usable (nvidia-smi: {node.get('nvidia_smi_error') or 'missing'})"
+        why = node.get("nvidia_smi_error") or "missing"
+        return f"{len(node['gpu_pci'])} NVIDIA device(s) on PCI, not usable (nvidia-smi: {why})"
     return "none"
 
 
@@ -327,7 +328,8 @@ def plot_scaling(document: Mapping, throughput_path: Path, efficiency_path: Path
 
     figure, axes = plt.subplots(figsize=(7, 4.5))
     for index, (label, points) in enumerate(series.items()):
-        axes.errorbar([p["processes"] for p in points], [p["efficiency"] if p["efficiency"] is not None else math.nan for p in points],
+        efficiency = [p["efficiency"] if p["efficiency"] is not None else math.nan for p in points]
+        axes.errorbar([p["processes"] for p in points], efficiency,
                       yerr=[p["efficiency_ci95"] or 0 for p in points], marker="o", capsize=3, color=f"C{index % 10}",
                       label=label, linestyle="-" if "within" in label else "--")
     axes.axhline(1.0, color="black", linestyle=":", linewidth=1, label="ideal (perfect scaling)")

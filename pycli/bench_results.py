@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 from pycli.bench_plan import BenchRequest, Cell, Skipped, request_command
-from pycli.bench_stats import CellSummary, Estimate, CellRun
+from pycli.bench_stats import CellRun, CellSummary, Estimate
 from pycli.iperf import TcpLink
 from pycli.json_documents import RESULTS, versioned
 from pycli.node_facts import NodeFacts

@@ -57,8 +57,8 @@ def report_json(inventory: Path, run_dir: Path, results: Sequence[GateResult], d
         "failed_gate": failure,
         "exit_code": exit_code(results),
         "drained": [asdict(entry) for entry in drained],
-        "gates": [{**{key: value for key, value in asdict(result).items() if key != "exit_code"}, "seconds": round(result.seconds, 2)}
-                  for result in results],
+        "gates": [{**{key: value for key, value in asdict(result).items() if key != "exit_code"},
+                   "seconds": round(result.seconds, 2)} for result in results],
     })
 
 

@@ -124,7 +124,8 @@ def provision(cluster: Cluster, request: ProvisionRequest, console: Console | No
     view = ProvisionView(names, end_task=end_task)
     cancel = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
-    doing = f"{len(request.hosts)} unfinished host(s) ({', '.join(request.hosts)})" if request.hosts else f"{len(view.hosts)} host(s)"
+    doing = (f"{len(request.hosts)} unfinished host(s) ({', '.join(request.hosts)})" if request.hosts
+             else f"{len(view.hosts)} host(s)")
     forks = f"{run_request.forks} forks" if run_request.forks else f"ANSIBLE_FORKS={os.environ['ANSIBLE_FORKS']} forks"
     console.print(f"provisioning {doing} with {request.playbook.name}, {forks}; run folder {run_dir}")
     started = time.monotonic()

@@ -133,14 +133,16 @@ class ProvisionView:
         for task, count in ranked[:SUMMARY_TASKS]:
             table.add_row(str(count), task)
         if len(ranked) > SUMMARY_TASKS:
-            table.add_row(str(sum(count for _, count in ranked[SUMMARY_TASKS:])), f"at {len(ranked) - SUMMARY_TASKS} other task(s)")
+            others = ranked[SUMMARY_TASKS:]
+            table.add_row(str(sum(count for _, count in others)), f"at {len(others)} other task(s)")
         waiting = sum(1 for view in self.hosts.values() if view.started is None)
         if waiting:
             table.add_row(str(waiting), "waiting")
         for label, names in (("failed", [n for n, v in self.hosts.items() if v.result.failed and not v.result.unreachable]),
                              ("unreachable", [n for n, v in self.hosts.items() if v.result.unreachable])):
             if names:
-                shown = ", ".join(names[:SUMMARY_NAMES]) + (f" and {len(names) - SUMMARY_NAMES} more" if len(names) > SUMMARY_NAMES else "")
+                more = f" and {len(names) - SUMMARY_NAMES} more" if len(names) > SUMMARY_NAMES else ""
+                shown = ", ".join(names[:SUMMARY_NAMES]) + more
                 table.add_row(str(len(names)), f"{label}: {shown}")
         slowest = sorted(running.items(), key=lambda item: -item[1].elapsed(now))[:SUMMARY_SLOWEST]
         if slowest:

@@ -24,7 +24,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_training_arguments(parser)
     parser.add_argument("--fp16-allreduce", action="store_true", help="compress gradients to fp16 for the allreduce")
-    parser.add_argument("--backward-passes-per-step", type=int, default=1, help="local gradient accumulation before each allreduce")
+    parser.add_argument("--backward-passes-per-step", type=int, default=1,
+                        help="local gradient accumulation before each allreduce")
     parser.add_argument("--elastic", action="store_true",
                         help="go on when ranks are lost (start it with horovodrun --min-np/--max-np/--host-discovery-script)")
     args = parser.parse_args()

@@ -38,7 +38,8 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics", type=Path, default=Path("metrics.jsonl"), help="JSON lines, one per epoch (rank 0)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--cpu", action="store_true", help="ignore GPUs")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads per rank (0: this node's cores shared out between its ranks)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch CPU threads per rank (0: this node's cores shared out between its ranks)")
 
 
 def check_arguments(args) -> None:
@@ -107,7 +108,8 @@ class Training:
         # Every rank takes the same number of optimizer steps, a whole number of accumulations.
         self.steps_per_epoch = (len(self.loader) // self.accumulate) * self.accumulate
         if self.steps_per_epoch == 0:
-            raise WorkloadError(f"{len(self.train_set)} training samples are too few for {comm.size} ranks x batch {args.batch_size}")
+            raise WorkloadError(
+                f"{len(self.train_set)} training samples are too few for {comm.size} ranks x batch {args.batch_size}")
         # Held-out data split without padding, so accuracy counts every sample exactly once.
         self.test_loader = DataLoader(Subset(self.test_set, range(comm.rank, len(self.test_set), comm.size)), batch_size=256)
 
