@@ -34,6 +34,7 @@ from pathlib import Path
 
 from pycli.check import CheckContext, Gate, GateResult, failed, passed, skipped
 from pycli.cluster_model import INTERFACE_VAR, Host
+from pycli.deep_figures import Link
 from pycli.deep_plots import plot_compute, plot_links
 from pycli.gpu_health import gate_gpu_health
 from pycli.iperf import parse_iperf3, tcp_client_command, tcp_server_command, tcp_stop_command
@@ -131,7 +132,8 @@ def pair_rounds(names: Sequence[str]) -> list[list[tuple[str, str]]]:
 # --- compute ----------------------------------------------------------------------------------
 
 
-def evaluate_compute(figures: Mapping[str, float], failures: Mapping[str, str], fraction: float) -> tuple[GateResult, dict[str, str]]:
+def evaluate_compute(figures: Mapping[str, float], failures: Mapping[str, str],
+                     fraction: float) -> tuple[GateResult, dict[str, str]]:
     """The compute gate from each node's GFLOP/s; the suspects, node -> why."""
     if failures:
         detail = "; ".join(f"{name}: {why}" for name, why in failures.items())
@@ -180,16 +182,6 @@ def gate_compute(ctx: CheckContext) -> GateResult:
 
 
 # --- links ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Link:
-    a: str
-    b: str
-    gbit_per_s: float | None  # TCP, iperf3 (None: not measured, `note` says why)
-    note: str = ""
-    allreduce_gbps: float | None = None  # the pair's allreduce busbw in GB/s
-    allreduce_note: str = ""  # why there is no allreduce figure
 
 
 @dataclass(frozen=True)
@@ -262,11 +254,12 @@ def evaluate_links(names: Sequence[str], links: Sequence[Link], fraction: float)
 
     A pair is slow when its TCP is below `fraction` of the other pairs' median, or its allreduce
     is (where the allreduce was measured)."""
-    broken = [f"{l.a} <-> {l.b}: {l.note or l.allreduce_note}" for l in links if l.gbit_per_s is None or l.allreduce_note]
+    broken = [f"{link.a} <-> {link.b}: {link.note or link.allreduce_note}"
+              for link in links if link.gbit_per_s is None or link.allreduce_note]
     if broken:
         return failed("links", "; ".join(broken)), {}
-    speeds = {(l.a, l.b): float(l.gbit_per_s or 0) for l in links}
-    reduced = {(l.a, l.b): l.allreduce_gbps for l in links if l.allreduce_gbps is not None}
+    speeds = {(link.a, link.b): float(link.gbit_per_s or 0) for link in links}
+    reduced = {(link.a, link.b): link.allreduce_gbps for link in links if link.allreduce_gbps is not None}
     shown = f"{len(links)} pair(s), TCP {min(speeds.values(), default=0):.2f} to {max(speeds.values(), default=0):.2f} Gbit/s"
     if reduced:
         shown += f", allreduce {min(reduced.values()):.3g} to {max(reduced.values()):.3g} GB/s busbw"
@@ -311,12 +304,12 @@ def gate_links(ctx: CheckContext) -> GateResult:
         # A port of its own per round: the last round's rendezvous may still hold its port.
         links += measure_round([(hosts[a], hosts[b]) for a, b in pairs], probe, PAIR_ALLREDUCE_PORT + index % 100)
     result, suspects = evaluate_links(names, links, ctx.options.link_fraction)
-    ctx.deep["links"] = [{"a": l.a, "b": l.b, "gbit_per_s": l.gbit_per_s, "allreduce_gbps": l.allreduce_gbps,
-                          "note": l.note or l.allreduce_note} for l in links]
+    ctx.deep["links"] = [{"a": link.a, "b": link.b, "gbit_per_s": link.gbit_per_s, "allreduce_gbps": link.allreduce_gbps,
+                          "note": link.note or link.allreduce_note} for link in links]
     ctx.suspects.update({name: why for name, why in suspects.items() if name not in ctx.suspects})
-    if any(l.gbit_per_s is not None for l in links):
+    if any(link.gbit_per_s is not None for link in links):
         plot_links(names, links, ctx.run_dir / "links.png")
-    if any(l.allreduce_gbps is not None for l in links):
+    if any(link.allreduce_gbps is not None for link in links):
         plot_links(names, links, ctx.run_dir / "allreduce.png", allreduce=True)
     return result
 

@@ -6,10 +6,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from pycli.deep_check import Link
+from pycli.deep_figures import Link
 
 
 def plot_links(names: Sequence[str], links: Sequence[Link], path: Path, *, allreduce: bool = False) -> None:
@@ -21,7 +19,7 @@ def plot_links(names: Sequence[str], links: Sequence[Link], path: Path, *, allre
 
     index = {name: i for i, name in enumerate(names)}
     grid = [[float("nan")] * len(names) for _ in names]
-    figures = {(l.a, l.b): l.allreduce_gbps if allreduce else l.gbit_per_s for l in links}
+    figures = {(link.a, link.b): link.allreduce_gbps if allreduce else link.gbit_per_s for link in links}
     for (a, b), value in figures.items():
         if value is not None:
             grid[index[a]][index[b]] = grid[index[b]][index[a]] = value

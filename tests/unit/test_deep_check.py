@@ -14,9 +14,18 @@ from pycli.check_options import check_options
 from pycli.check_run import drain_suspects, gates_for
 from pycli.cluster_model import load_cluster
 from pycli.deep_check import (
-    DEEP_GATES, Link, compute_command, evaluate_compute, evaluate_links, pair_allreduce_command, pair_rounds,
-    parse_compute, parse_pair_allreduce, probe_bundle, ratios_to_others,
+    DEEP_GATES,
+    compute_command,
+    evaluate_compute,
+    evaluate_links,
+    pair_allreduce_command,
+    pair_rounds,
+    parse_compute,
+    parse_pair_allreduce,
+    probe_bundle,
+    ratios_to_others,
 )
+from pycli.deep_figures import Link
 from pycli.deep_plots import plot_compute, plot_links
 from pycli.drained import with_drained
 from pycli.errors import BadInput
@@ -152,7 +161,7 @@ def test_a_pair_s_figure_is_its_slower_direction():
 
 
 def test_a_failing_deep_gate_leaves_the_next_deep_gate_to_run(tmp_path):
-    from pycli.check import Gate, GateResult, NOT_RUN
+    from pycli.check import NOT_RUN, Gate, GateResult
     from pycli.check_run import run_gates
 
     ran = []
@@ -179,3 +188,9 @@ def test_the_probes_travel_with_the_workloads_they_import_and_leave_nothing_behi
     done = subprocess.run(["bash", "-c", failing], input=probe_bundle(), capture_output=True, env=env, timeout=120)
     assert done.returncode != 0 and b"ValueError" in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_plots_import_the_figures_and_never_the_check():
+    loaded = subprocess.run([sys.executable, "-c", "import sys, pycli.deep_plots; print('pycli.deep_check' in sys.modules)"],
+                            capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "False"
