@@ -23,6 +23,18 @@ def run_pycli(*args: str, check: bool = False, env: dict | None = None, timeout:
     return proc
 
 
+# The slow kinds of test in tests/unit, each with its marker (pyproject.toml): workloads run
+# under torch in subprocesses, and tasks or playbooks run by Ansible on this machine. Each is
+# also `slow`, so `pytest tests/unit -m "not slow"` is the fast loop of pure functions.
+SLOW_KINDS = ("slow_torch", "slow_ansible")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if any(item.get_closest_marker(kind) for kind in SLOW_KINDS):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_runs(tmp_path_factory):
     # Run folders of the tests go to a temporary place, not the checkout's runs/.

@@ -58,6 +58,7 @@ def _records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow_torch
 def test_two_ranks_under_torchrun_gloo_give_a_correct_record_per_size(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", str(WORKLOADS / "allreduce.py"),
@@ -74,6 +75,7 @@ def test_two_ranks_under_torchrun_gloo_give_a_correct_record_per_size(tmp_path):
     assert "via torch/gloo" in proc.stdout
 
 
+@pytest.mark.slow_torch
 def test_a_world_of_one_moves_nothing_over_the_bus(tmp_path):
     cmd = [sys.executable, str(WORKLOADS / "allreduce.py"), "--comm", "torch", "--backend", "gloo", "--sizes", "4K",
            "--iters", "2", "--metrics", "one.jsonl"]
@@ -83,6 +85,7 @@ def test_a_world_of_one_moves_nothing_over_the_bus(tmp_path):
     assert record["ranks"] == 1 and record["busbw_gbps"] == 0 and record["algbw_gbps"] > 0
 
 
+@pytest.mark.slow_torch
 @pytest.mark.parametrize(("args", "message"), [
     (["--iters", "1"], "--iters at least 2"),
     (["--sizes", "5"], "whole number of float32"),

@@ -16,6 +16,8 @@ from pycli.launch_lines import TORCHRUN_ELASTIC_ENV
 
 WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 
+pytestmark = pytest.mark.slow_torch  # every test here runs ddp.py, most under torchrun
+
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory) -> Path:

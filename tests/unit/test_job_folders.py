@@ -266,6 +266,7 @@ def test_threads_per_rank_given_or_shared_out():
         plan_job(cluster, JobRequest(np=6, workload="synthetic", threads_per_rank=0), layout=NodeLayout(), job_id="j1")
 
 
+@pytest.mark.slow_ansible
 def test_the_end_of_a_docker_job_removes_its_container_files_from_the_node(tmp_path):
     job_dir = tmp_path / "srv" / "jobs" / "20261124-200000-7"
     (job_dir / "container").mkdir(parents=True)

@@ -6,6 +6,7 @@ so what is checked is what the role does, changed status included."""
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import run_tasks_locally
@@ -38,6 +39,7 @@ def test_only_one_task_touches_pip_conf_and_it_sets_keys_not_the_whole_file():
     assert (args["section"], args["option"]) == ("global", "cert")
 
 
+@pytest.mark.slow_ansible
 def test_the_users_settings_survive_and_a_second_run_changes_nothing(tmp_path):
     conf = tmp_path / "pip.conf"
     conf.write_text(USERS_OWN)
@@ -49,6 +51,7 @@ def test_the_users_settings_survive_and_a_second_run_changes_nothing(tmp_path):
     assert run_task_on(conf, tmp_path) == (False, text)
 
 
+@pytest.mark.slow_ansible
 def test_a_different_cert_is_put_back_and_a_missing_file_is_made(tmp_path):
     conf = tmp_path / "pip.conf"
     conf.write_text("[global]\ncert = /somewhere/else.pem\nindex-url = https://mirror.example/simple\n")

@@ -11,6 +11,8 @@ import pytest
 
 from pycli import runner
 
+pytestmark = pytest.mark.slow_ansible  # each test runs a real playbook through ansible-runner
+
 
 def _local_inventory(tmp_path):
     inventory = tmp_path / "hosts.ini"

@@ -11,6 +11,8 @@ import sys
 import tempfile
 from pathlib import Path, PurePosixPath
 
+import pytest
+
 from pycli import containers, runner
 from pycli.cluster_model import Host
 from pycli.paths import PROJECT_ROOT, new_run_dir
@@ -63,6 +65,7 @@ def test_run_folders_are_private(tmp_path, monkeypatch):
     assert stat.S_IMODE((tmp_path / "runs").stat().st_mode) == 0o700
 
 
+@pytest.mark.slow_ansible
 def test_a_real_run_keeps_secrets_out_of_its_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", CONTROLLER_SECRET)
     run_dir = tmp_path / "run"
@@ -75,6 +78,7 @@ def test_a_real_run_keeps_secrets_out_of_its_folder(tmp_path, monkeypatch):
     assert not list(Path(tempfile.gettempdir()).glob("pycli-extravars-*"))
 
 
+@pytest.mark.slow_ansible
 def test_docker_opt_env_values_stay_out_of_the_run_folder(tmp_path, monkeypatch):
     # A stand-in `docker` answers the job-container playbook the way a node's Docker would.
     tools = tmp_path / "bin"

@@ -79,6 +79,7 @@ def _ddp(tmp_path, digits, *extra):
     return subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300)
 
 
+@pytest.mark.slow_torch
 def test_training_learns_and_resume_reproduces_the_uninterrupted_run(tmp_path, digits):
     full = _ddp(tmp_path, digits, "--epochs", "3", "--metrics", "full.jsonl", "--checkpoint", "full.pt")
     assert full.returncode == 0, full.stderr
@@ -109,6 +110,7 @@ def test_training_learns_and_resume_reproduces_the_uninterrupted_run(tmp_path, d
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+@pytest.mark.slow_torch
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -132,6 +134,7 @@ class _RunsCode:
         return (Path.write_text, (self.marker, "ran"))
 
 
+@pytest.mark.slow_torch
 def test_resume_refuses_a_checkpoint_that_would_run_code(tmp_path, digits):
     marker = tmp_path / "pwned"
     torch.save({"model": {}, "epoch": 1, "payload": _RunsCode(marker)}, tmp_path / "evil.pt")
@@ -143,11 +146,13 @@ def test_resume_refuses_a_checkpoint_that_would_run_code(tmp_path, digits):
     assert not marker.exists()
 
 
+@pytest.mark.slow_torch
 def test_missing_data_is_one_line_exit_2(tmp_path):
     proc = _ddp(tmp_path, tmp_path / "nothing")
     assert proc.returncode == 2 and "has no train-images-idx3-ubyte" in proc.stderr
 
 
+@pytest.mark.slow_torch
 def test_synthetic_benchmark_reports_throughput_with_its_spread(tmp_path):
     cmd = [sys.executable, str(WORKLOADS / "synthetic.py"), "--comm", "ddp", "--width", "8", "--image-size", "32",
            "--batch-size", "4", "--num-warmup-batches", "1", "--num-batches-per-iter", "2", "--num-iters", "3",
