@@ -15,9 +15,9 @@ from pathlib import Path, PurePosixPath
 
 from pycli import containers
 from pycli.cluster_model import DEFAULT_SSH_PORT, VENV_VAR, WORK_DIR_VAR, Host
-from pycli.containers import JobContainer
 from pycli.errors import BadInput
 from pycli.hostfiles import render_hostfile
+from pycli.job_request import JobRequest
 from pycli.paths import PROJECT_ROOT, role_defaults
 
 # horovodrun's controllers (--gloo, --mpi): how its ranks find each other and coordinate.
@@ -88,33 +88,31 @@ class NodeLayout:
 
 @dataclass(frozen=True)
 class JobPlan:
-    """A job decided down to its hosts and paths (pycli.train.plan_job makes it from a JobRequest)."""
+    """A job decided down to its hosts and paths (pycli.train.plan_job makes it from a JobRequest).
 
+    The request travels whole in `request`: what the caller asked for is read there (its
+    controller, script arguments, container, threads, --env, --autotune), and only what
+    planning decided, or a restart changes, sits beside it."""
+
+    request: JobRequest
     job_id: str
-    launcher: str  # one of LAUNCHERS
-    controller: str  # one of HOROVOD_CONTROLLERS (what horovodrun is told; mpirun always uses MPI)
-    np: int
+    launcher: str  # one of LAUNCHERS: the request's, or its workload's usual one
+    np: int  # the request's --np; a restart may go on with fewer (pycli/restarts.py)
     hosts: tuple[Host, ...]
-    script: Path  # on the controller
-    script_args: tuple[str, ...]
+    script: Path  # on the controller: the workload's script
     layout: NodeLayout
-    network_interface: str | None = None
-    data_dir: Path | None = None  # on the controller
-    resume: Path | None = None  # on the controller
-    container: JobContainer | None = None  # --docker: every rank inside the job's containers
+    network_interface: str | None = None  # the request's, else the inventory's
+    data_dir: Path | None = None  # on the controller; only for a workload that reads data
+    resume: Path | None = None  # on the controller: the request's checkpoint, until a restart resumes on the nodes
     rendezvous_port: int | None = None  # torchrun: a port found free on the first node while staging
     resume_on_node: PurePosixPath | None = None  # a restart (--max-restarts): the checkpoint already on the nodes
     elastic_min_np: int | None = None  # --elastic: the launcher's elastic mode, going on with at least this many ranks
     elastic_restarts: int = 0  # --elastic under torchrun: how often its agents start the ranks again (--max-restarts)
     data_digest: str | None = None  # the data's name in the nodes' store (pycli.job_files.content_digest)
     jobs_kept: int = 20  # pycli_jobs_kept: job folders (and store entries) a node keeps; 0: all
-    threads_per_rank: int | None = None  # --threads-per-rank; None: the node's cores shared out (rank_threads)
     nodes_share_cpus: bool = False  # the inventory's pycli_nodes_share_cpus: every rank of the job shares one machine
     node_cpus: tuple[tuple[str, int], ...] = ()  # (host, its cores) as staging counted them; () before staging
     node_gpus: tuple[tuple[str, int], ...] = ()  # (host, its GPUs) as staging counted them; () before staging
-    env: tuple[str, ...] = ()  # --env NAME=VALUE: set for every rank, after (so over) pycli's own settings
-    autotune: bool = False  # --autotune: horovodrun tunes its knobs while the job runs, its log in the job folder
-
     @property
     def job_dir(self) -> PurePosixPath:
         return self.layout.work_dir / "jobs" / self.job_id
@@ -122,15 +120,15 @@ class JobPlan:
     @property
     def python(self) -> str:
         # In a container, the image's own interpreter and tools, found on its PATH.
-        return "python3" if self.container else self.layout.python
+        return "python3" if self.request.container else self.layout.python
 
     def tool(self, name: str) -> str:
-        return name if self.container else self.layout.tool(name)
+        return name if self.request.container else self.layout.tool(name)
 
     @property
     def ssh_ports(self) -> set[int]:
         """The ports horovodrun and mpirun reach the job's hosts on (the containers' sshd)."""
-        return {self.container.ssh_port} if self.container else {h.port for h in self.hosts}
+        return {self.request.container.ssh_port} if self.request.container else {h.port for h in self.hosts}
 
     @property
     def remote_script(self) -> PurePosixPath:
@@ -160,11 +158,11 @@ def remote_data_dir(plan: JobPlan) -> PurePosixPath:
 def rank_threads(plan: JobPlan, hosts: Sequence[Host] | None = None) -> int | None:
     """CPU threads for each rank on `hosts` (default: all of the job's), set as OMP_NUM_THREADS.
 
-    --threads-per-rank when given; else each node's cores shared out between the ranks it runs
+    The request's --threads-per-rank when given; else each node's cores shared out between the ranks it runs
     (every rank of the job when the nodes share one machine's cores), the fewest of `hosts`
     (one launcher line may start the ranks of several nodes); None before staging counted the cores."""
-    if plan.threads_per_rank:
-        return plan.threads_per_rank
+    if plan.request.threads_per_rank:
+        return plan.request.threads_per_rank
     if not plan.node_cpus:
         return None
     cpus = dict(plan.node_cpus)
@@ -196,7 +194,7 @@ def workload_args(plan: JobPlan) -> list[str]:
             args += ["--comm", "ddp"]
     if plan.data_dir is not None:
         args += ["--data-dir", str(remote_data_dir(plan))]
-    return args + list(plan.script_args)
+    return args + list(plan.request.script_args)
 
 
 def _program(plan: JobPlan) -> list[str]:
@@ -250,14 +248,14 @@ def autotune_log(plan: JobPlan) -> PurePosixPath:
 
 def horovodrun_argv(plan: JobPlan) -> list[str]:
     argv = [plan.tool("horovodrun"), "-np", str(plan.np)]
-    if plan.autotune:
+    if plan.request.autotune:
         argv += ["--autotune", "--autotune-log-file", str(autotune_log(plan))]
     if plan.elastic_min_np is not None:
         argv += ["--min-np", str(plan.elastic_min_np), "--max-np", str(plan.np),
                  "--host-discovery-script", str(plan.discovery_script)]
     else:
         argv += ["-H", render_hostfile(plan.hosts, "horovod").strip()]
-    argv.append("--gloo" if plan.controller == "gloo" else "--mpi")
+    argv.append("--gloo" if plan.request.controller == "gloo" else "--mpi")
     if (port := ssh_port_option(plan.ssh_ports)) is not None:
         argv += ["-p", str(port)]
     # horovodrun looks the interface up on every host it talks to; with one host that is
@@ -346,7 +344,7 @@ def launch_env(plan: JobPlan) -> list[str]:
     """NAME=VALUE settings of the job beyond threads: Horovod's run settings where Horovod runs
     the collectives on CPUs, then the user's --env (the later wins)."""
     own = list(HOROVOD_CPU_ENV) if plan.launcher in ("horovod", "mpirun") and cpu_only(plan) else []
-    return [*own, *plan.env]
+    return [*own, *plan.request.env]
 
 
 def remote_shell(plan: JobPlan, argv: Sequence[str], hosts: Sequence[Host] | None = None) -> str:
@@ -362,8 +360,8 @@ def remote_shell(plan: JobPlan, argv: Sequence[str], hosts: Sequence[Host] | Non
     if plan.restarts_by_agents:
         env += TORCHRUN_ELASTIC_ENV
     env += socket_interface_env(plan.network_interface)
-    if plan.container:
-        return containers.exec_line(plan.container, plan.job_id, plan.job_dir, env, argv)
+    if plan.request.container:
+        return containers.exec_line(plan.request.container, plan.job_id, plan.job_dir, env, argv)
     # Every word quoted, the inventory's and the command line's values with them; only the
     # node's own $PATH is left for its shell to expand.
     path = shlex.quote(f"PATH={plan.layout.venv / 'bin'}") + ':"$PATH"'
@@ -401,6 +399,6 @@ def launch_commands(plan: JobPlan) -> list[tuple[Host, str]]:
     if plan.launcher == "torchrun":
         return [(host, remote_shell(plan, torchrun_argv(plan, i), [host])) for i, host in enumerate(plan.hosts)]
     if plan.launcher == "mpirun":
-        user = "root" if plan.container else plan.rank0.login_user  # job containers run as root
+        user = "root" if plan.request.container else plan.rank0.login_user  # job containers run as root
         return [(plan.rank0, remote_shell(plan, job_mpirun_argv(plan, user)))]
     return [(plan.rank0, remote_shell(plan, horovodrun_argv(plan)))]

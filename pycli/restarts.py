@@ -47,8 +47,11 @@ def _epoch(stdout: str) -> int | None:
     return int(words[-1]) if words and words[-1].isdigit() else None
 
 
-def plan_restart(plan: JobPlan, wanted_np: int, min_np: int) -> Restart | str:
-    """The next attempt of a failed job, or why there is none."""
+def plan_restart(plan: JobPlan) -> Restart | str:
+    """The next attempt of a failed job, or why there is none: up to the request's --np ranks
+    on the hosts that answer, and not fewer than its --min-np (all of --np without one)."""
+    wanted_np = plan.request.np
+    min_np = plan.request.min_np or wanted_np
     answers = ssh_probe(plan.hosts, checkpoint_probe(plan))
     alive = tuple(h for h in plan.hosts if answers[h.name].ok and _epoch(answers[h.name].stdout) is not None)
     lost = tuple(h.name for h in plan.hosts if h not in alive)

@@ -5,7 +5,7 @@ the command lines come from pycli.launch_lines); staging, containers and collect
 go through playbooks and the one runner adapter; the job itself runs over OpenSSH
 (pycli.nodes) with the inventory's own connection settings, its output streamed line by line.
 `run_job` does all of it: `pycli train`, the allreduce gate of `pycli check` and every run of
-`pycli bench` call it.
+`pycli bench` call it, each with a `JobRequest` (pycli/job_request.py; importable from here too).
 """
 
 from __future__ import annotations
@@ -13,30 +13,28 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
 from pycli import containers, job_files, runner
 from pycli.cluster_model import INTERFACE_VAR, JOBS_KEPT_VAR, Cluster, interface_problem
-from pycli.containers import JobContainer
 from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, BadInput, PycliError, Unreachable, warn
 from pycli.hostfiles import fill_slots, render_hostfile
 from pycli.job_files import content_digest, jobs_kept
 from pycli.job_processes import run_processes
+from pycli.job_request import JobRequest
 from pycli.launch_lines import (
     LAUNCHERS,
     WORKLOADS_DIR,
     JobPlan,
+    NodeLayout,
     check_controller,
     host_discovery_script,
-    NodeLayout,
     job_process_pattern,
     launch_commands,
-    stray_sweep_line,
 )
 from pycli.paths import PROJECT_ROOT, cache_dir, new_run_dir
 from pycli.restarts import plan_restart
@@ -56,31 +54,6 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ELASTIC_WORKLOADS = ("mnist", "ddp")
 # torchrun --elastic without --max-restarts: how often its agents start the ranks again.
 DEFAULT_ELASTIC_RESTARTS = 3
-
-
-@dataclass(frozen=True)
-class JobRequest:
-    """One job as a caller asks for it: `pycli train`, the allreduce gate of `pycli check`, each run of `pycli bench`.
-
-    Pure data; `plan_job` checks it against the cluster before anything runs.
-    """
-
-    np: int
-    workload: str = "mnist"  # a built-in workload (WORKLOADS) or a path to a .py script
-    launcher: str | None = None  # None: the workload's usual launcher
-    controller: str = "gloo"  # horovodrun's controller: gloo or mpi
-    script_args: tuple[str, ...] = ()
-    network_interface: str | None = None  # None: the inventory's pycli_network_interface
-    data_dir: Path | None = None  # on the controller; None: the built-in digits where the workload reads data
-    resume: Path | None = None  # a checkpoint on the controller to continue from
-    container: JobContainer | None = None  # every rank inside the job's containers (--docker)
-    time_limit_s: float | None = None  # --timeout: stop the job on every node after this long
-    max_restarts: int = 0  # --max-restarts: start a failed job again this often (pycli/restarts.py)
-    min_np: int | None = None  # --min-np: a restart or an elastic job may go on with this few ranks; None: all --np
-    elastic: bool = False  # --elastic: the launcher's elastic mode (horovodrun or torchrun) goes on when ranks are lost
-    threads_per_rank: int | None = None  # --threads-per-rank; None: each node's cores shared out between its ranks
-    env: tuple[str, ...] = ()  # --env NAME=VALUE for every rank
-    autotune: bool = False  # --autotune: horovodrun's autotuning, its log fetched with the results
 
 
 def new_job_id(now: datetime | None = None) -> str:
@@ -159,23 +132,21 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
         render_hostfile(hosts, "horovod")  # refuses what horovodrun would misread
     job_process_pattern(layout.work_dir / job_id)  # refuses a work folder a pattern cannot name
     return JobPlan(
-        job_id=job_id, launcher=launcher, controller=request.controller, np=np, hosts=hosts, script=script,
-        script_args=tuple(request.script_args), layout=layout,
+        # Frozen all the way down: a caller's lists become tuples.
+        request=replace(request, script_args=tuple(request.script_args), env=tuple(request.env)),
+        job_id=job_id, launcher=launcher, np=np, hosts=hosts, script=script, layout=layout,
         network_interface=network_interface,
-        data_dir=data_dir if needs_data else None, resume=resume, container=request.container,
+        data_dir=data_dir if needs_data else None, resume=resume,
         elastic_min_np=(request.min_np or np) if request.elastic else None,
         elastic_restarts=(request.max_restarts or DEFAULT_ELASTIC_RESTARTS) if request.elastic else 0,
         data_digest=content_digest(data_dir) if needs_data and data_dir is not None else None,
         jobs_kept=jobs_kept(cluster.settings.get(JOBS_KEPT_VAR)),
-        threads_per_rank=request.threads_per_rank,
         nodes_share_cpus=cluster.nodes_share_cpus,
-        env=tuple(request.env),
-        autotune=request.autotune,
     )
 
 
 def _run_playbook(inventory: Path, playbook: Path, run_dir: Path, extravars: dict, limit: str, what: str,
-                  on_event: Callable[[dict], None] | None = None) -> None:
+                  on_event: Callable[[Mapping[str, object]], None] | None = None) -> None:
     request = runner.RunRequest(inventory=inventory, playbook=playbook, extravars=extravars, limit=limit)
     result = runner.run(request, run_dir, on_event=on_event)
     if result.unreachable:
@@ -201,21 +172,21 @@ def stage(plan: JobPlan, run_dir: Path, container_files: Path | None = None) -> 
 
 def start_containers(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
     """--docker: the job's container on every node of the job, its sshd answering."""
-    assert plan.container is not None
+    assert plan.request.container is not None
     _run_playbook(
         inventory, CONTAINER_PLAYBOOK, run_dir / "containers",
-        containers.playbook_vars(plan.container, plan.job_id, plan.job_dir, plan.layout.work_dir, "started"),
-        ",".join(h.name for h in plan.hosts), f"starting the job containers of {plan.container.image}",
+        containers.playbook_vars(plan.request.container, plan.job_id, plan.job_dir, plan.layout.work_dir, "started"),
+        ",".join(h.name for h in plan.hosts), f"starting the job containers of {plan.request.container.image}",
     )
 
 
 def remove_containers(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
     """--docker: no container of the job is left on any node (and with it, none of its ranks),
     nor the job's container files with its private keys."""
-    assert plan.container is not None
+    assert plan.request.container is not None
     request = runner.RunRequest(
         inventory=inventory, playbook=CONTAINER_PLAYBOOK, limit=",".join(h.name for h in plan.hosts),
-        extravars=containers.playbook_vars(plan.container, plan.job_id, plan.job_dir, plan.layout.work_dir, "absent"),
+        extravars=containers.playbook_vars(plan.request.container, plan.job_id, plan.job_dir, plan.layout.work_dir, "absent"),
     )
     result = runner.run(request, run_dir / "containers-removed")
     if result.status != "successful":
@@ -298,10 +269,10 @@ def run_job(
         request = replace(request, data_dir=digits_dataset(cache_dir()))
     plan = plan_job(cluster, request, layout=layout_of(cluster), job_id=new_job_id())
     inventory = cluster.inventory_path
-    container = plan.container
+    container = plan.request.container
     run_dir = run_dir or new_run_dir("train")
     run_dir.mkdir(parents=True, exist_ok=True)
-    how = f"horovodrun --{plan.controller}" if plan.launcher == "horovod" else plan.launcher
+    how = f"horovodrun --{plan.request.controller}" if plan.launcher == "horovod" else plan.launcher
     if plan.elastic_min_np is not None:
         how += f" --elastic (going on with at least {plan.elastic_min_np} rank(s))"
     inside = f" inside {container.image} containers" if container else ""
@@ -336,7 +307,7 @@ def run_job(
             if ended.code in (0, EXIT_INTERRUPTED) or ended.timed_out:
                 break
             # Ask first, so a node that is gone costs one SSH timeout, not an Ansible one too.
-            after = plan_restart(plan, request.np, request.min_np or request.np)
+            after = plan_restart(plan)
             if isinstance(after, str):
                 write(f"pycli: no restart: {after}")
                 break

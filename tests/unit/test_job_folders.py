@@ -260,7 +260,7 @@ def test_threads_per_rank_given_or_shared_out():
     ((_, line),) = launch_commands(mpirun)
     assert "-x OMP_NUM_THREADS" in line and "OMP_NUM_THREADS=4" in line
     assert rank_threads(replace(staged, nodes_share_cpus=True)) == 2  # 16 cores, all 6 ranks on one machine: 16 // 6
-    assert rank_threads(replace(staged, threads_per_rank=3)) == 3
+    assert rank_threads(replace(staged, request=replace(staged.request, threads_per_rank=3))) == 3
     assert rank_threads(replace(staged, node_cpus=(("n1", 2), ("n2", 2)))) == 1  # never 0
     with pytest.raises(Exception, match="--threads-per-rank 0"):
         plan_job(cluster, JobRequest(np=6, workload="synthetic", threads_per_rank=0), layout=NodeLayout(), job_id="j1")

@@ -12,7 +12,7 @@ from pycli.containers import JobContainer
 from pycli.errors import BadInput
 from pycli.launch_lines import NodeLayout, checkpoint_path, launch_commands, workload_args
 from pycli.nodes import NodeOutput
-from tests.unit.test_train_plan import cluster, plan
+from tests.unit.test_train_plan import plan
 
 
 def answers(**by_host):
@@ -27,7 +27,7 @@ def answers(**by_host):
 def test_a_restart_goes_on_from_the_checkpoint_on_the_new_rank_0(monkeypatch):
     monkeypatch.setattr(restarts, "ssh_probe", answers(n1="2", n2="2"))
     job = plan(np=4)
-    after = restarts.plan_restart(job, 4, 4)
+    after = restarts.plan_restart(job)
     assert after.plan.np == 4 and after.plan.hosts == job.hosts and after.epoch == 2 and after.lost == ()
     assert after.plan.resume_on_node == PurePosixPath("/srv/pycli/jobs/j1/checkpoints/last.pt") == checkpoint_path(job)
     args = workload_args(after.plan)
@@ -39,7 +39,7 @@ def test_a_restart_goes_on_from_the_checkpoint_on_the_new_rank_0(monkeypatch):
 
 def test_a_lost_node_is_left_out_when_min_np_allows(monkeypatch):
     monkeypatch.setattr(restarts, "ssh_probe", answers(n1="1", n2=None))
-    after = restarts.plan_restart(plan(np=4), 4, 2)
+    after = restarts.plan_restart(plan(np=4, max_restarts=1, min_np=2))
     assert [h.name for h in after.plan.hosts] == ["n1"] and after.plan.np == 2 and after.lost == ("n2",)
     ((host, line),) = launch_commands(after.plan)
     assert host.name == "n1" and "-np 2 -H 10.9.0.1:2 " in line
@@ -48,13 +48,13 @@ def test_a_lost_node_is_left_out_when_min_np_allows(monkeypatch):
 
 def test_without_min_np_a_lost_node_ends_the_job(monkeypatch):
     monkeypatch.setattr(restarts, "ssh_probe", answers(n1="1", n2=None))
-    assert restarts.plan_restart(plan(np=4), 4, 4) == (
+    assert restarts.plan_restart(plan(np=4, max_restarts=1)) == (
         "2 slot(s) answer, fewer than --min-np 4 (n2: ssh: connect to host: No route to host)")
 
 
 def test_a_failure_before_the_first_checkpoint_starts_over(monkeypatch):
     monkeypatch.setattr(restarts, "ssh_probe", answers(n1="none", n2="none"))
-    after = restarts.plan_restart(plan(np=4, resume=None), 4, 4)
+    after = restarts.plan_restart(plan(np=4, resume=None))
     assert after.epoch == 0 and after.plan.resume_on_node is None and "--resume" not in workload_args(after.plan)
     assert "going on from the start" in after.line(1, 1, "x")
 

@@ -9,11 +9,11 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from pycli.cluster_model import Cluster, Host
-from pycli.errors import BadInput
 from pycli.containers import JobContainer
+from pycli.errors import BadInput
+from pycli.job_files import content_digest, stage_items
 from pycli.launch_lines import WORKLOADS_DIR, JobPlan, NodeLayout, launch_commands, remote_data_dir, workload_args
 from pycli.nodes import ssh_argv
-from pycli.job_files import content_digest, stage_items
 from pycli.train import JobRequest, plan_job, read_metrics
 
 # A small folder of files standing in for a dataset (plan_job names data by its content).
@@ -144,7 +144,8 @@ def test_neither_the_user_nor_the_host_can_become_an_ssh_option():
 @pytest.mark.parametrize(
     ("settings", "request_nic", "message"),
     [
-        ({}, "eth0$(touch${IFS}/tmp/pwned)", "--network-interface 'eth0$(touch${IFS}/tmp/pwned)' is not a network interface name"),
+        ({}, "eth0$(touch${IFS}/tmp/pwned)",
+         "--network-interface 'eth0$(touch${IFS}/tmp/pwned)' is not a network interface name"),
         ({}, "-eth0", "--network-interface '-eth0' is not"),
         ({"pycli_network_interface": "eth0 eth1"}, None, "pycli_network_interface 'eth0 eth1' is not a network interface name"),
     ],
@@ -210,9 +211,9 @@ def _hostile_plan(tmp_path, launcher, venv="my venv", container=None):
     Built directly, past plan_job's checks: the quoting must hold whatever the plan holds."""
     layout = NodeLayout(venv=PurePosixPath(tmp_path / venv), work_dir=PurePosixPath(tmp_path / "work dir"))
     workload = "ddp.py" if launcher == "torchrun" else "mnist.py"
-    return JobPlan(job_id="j1", launcher=launcher, controller="gloo", np=4, hosts=cluster().hosts,
-                   script=WORKLOADS_DIR / workload, script_args=("--note", "a b;c"), layout=layout,
-                   network_interface=f"eth0$(touch${{IFS}}{tmp_path}/pwned)", container=container)
+    request = JobRequest(np=4, launcher=launcher, script_args=("--note", "a b;c"), container=container)
+    return JobPlan(request=request, job_id="j1", launcher=launcher, np=4, hosts=cluster().hosts,
+                   script=WORKLOADS_DIR / workload, layout=layout, network_interface=f"eth0$(touch${{IFS}}{tmp_path}/pwned)")
 
 
 def _fake_programs(folder, names):
@@ -304,7 +305,7 @@ def test_horovod_s_cpu_settings_apply_where_staging_found_no_gpu():
     torchrun = replace(cpu, launcher="torchrun", rendezvous_port=29500)
     assert not any(setting in line for _, line in launch_commands(torchrun) for setting in HOROVOD_CPU_ENV)
     name = HOROVOD_CPU_ENV[0].split("=")[0]
-    _, argv = only_line(replace(cpu, env=(f"{name}=1",)))
+    _, argv = only_line(replace(cpu, request=replace(cpu.request, env=(f"{name}=1",))))
     assert argv.index(f"{name}=1") > argv.index(HOROVOD_CPU_ENV[0])  # the user's value comes later and wins
 
 
@@ -314,3 +315,16 @@ def test_a_built_in_workload_named_by_a_relative_path_is_staged_with_its_library
     monkeypatch.chdir(PROJECT_ROOT)
     (item,) = stage_items(plan(workload="workloads/allreduce.py", data_dir=None))
     assert (item.src, item.how, str(item.dest)) == (WORKLOADS_DIR, "tree", "/srv/pycli/jobs/j1/workloads")
+
+
+def test_the_plan_carries_the_request_whole_and_frozen():
+    from dataclasses import FrozenInstanceError, fields
+
+    p = plan(np=3, controller="mpi", script_args=["--epochs", "2"], env=["A=1"], autotune=True)
+    assert p.request.np == 3 and p.request.script_args == ("--epochs", "2") and p.request.env == ("A=1",)
+    with pytest.raises(FrozenInstanceError):
+        p.request.np = 5
+    asked = {f.name for f in fields(JobRequest)} - {"np", "launcher", "network_interface", "data_dir", "resume"}
+    assert not asked & {f.name for f in fields(JobPlan)}  # only what planning decides sits beside the request
+    argv = only_line(p)[1]
+    assert "--mpi" in argv and argv[-2:] == ["--epochs", "2"] and "--autotune" in argv
