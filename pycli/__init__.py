@@ -1,3 +1,3 @@
 """pycli: provision GPU training clusters with Ansible and run distributed PyTorch jobs on them."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
