@@ -31,6 +31,7 @@ import tarfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 from pycli.check import CheckContext, Gate, GateResult, failed, passed, skipped
 from pycli.cluster_model import INTERFACE_VAR, Host
@@ -41,6 +42,8 @@ from pycli.iperf import parse_iperf3, tcp_client_command, tcp_server_command, tc
 from pycli.job_files import folder_files
 from pycli.launch_lines import WORKLOADS_DIR, socket_interface_env
 from pycli.nodes import ssh_each
+
+Key = TypeVar("Key")  # what ratios_to_others compares: nodes by name, pairs of them
 
 # The probes are files of the workloads folder; pair_allreduce.py takes its busbw arithmetic
 # from allreduce.py, so the folder travels whole (probe_bundle), as a built-in job's does.
@@ -106,7 +109,7 @@ def parse_compute(stdout: str) -> dict[str, float]:
     return {str(k): float(v) for k, v in data.items()}
 
 
-def ratios_to_others(values: Mapping[str, float]) -> dict[str, float]:
+def ratios_to_others(values: Mapping[Key, float]) -> dict[Key, float]:
     """Each value over the median of all the others (empty with fewer than two values)."""
     if len(values) < 2:
         return {}
@@ -211,7 +214,7 @@ def measure_allreduce(pairs: Sequence[tuple[Host, Host]], probe: PairProbe, port
         commands += [(first, pair_allreduce_command(probe.python, 0, first.address, port, probe.interface)),
                      (second, pair_allreduce_command(probe.python, 1, first.address, port, probe.interface))]
     answers = ssh_each(commands, timeout_s=150, stdin=probe_bundle())
-    figures = {}
+    figures: dict[tuple[str, str], tuple[float | None, str]] = {}
     for first, second in pairs:
         try:
             for host in (first, second):

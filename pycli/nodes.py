@@ -64,8 +64,10 @@ def node_output_from_event(event: Mapping[str, object]) -> NodeOutput | None:
     """One ansible-runner host event as a NodeOutput (None for every other event)."""
     if event.get("event") not in _EVENT_OUTCOMES:
         return None
-    data = event.get("event_data") or {}
-    res = data.get("res") or {}
+    data = event.get("event_data")
+    data = data if isinstance(data, Mapping) else {}
+    res = data.get("res")
+    res = res if isinstance(res, Mapping) else {}
     host = str(data.get("host"))
     if event["event"] == "runner_on_unreachable":
         return NodeOutput(host, None, message=str(res.get("msg", "unreachable")))
