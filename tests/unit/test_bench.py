@@ -206,6 +206,7 @@ def test_a_placement_of_a_folder_inventory_keeps_its_settings(tmp_path):
 # --- what a run measured -------------------------------------------------------------------
 
 
+@pytest.mark.slow_torch
 def test_a_real_synthetic_run_gives_a_measurement_with_its_own_spread(tmp_path):
     cmd = [sys.executable, str(WORKLOADS / "synthetic.py"), "--comm", "ddp", "--width", "4", "--image-size", "16",
            "--batch-size", "2", "--num-warmup-batches", "1", "--num-batches-per-iter", "1", "--num-iters", "2",
@@ -222,6 +223,7 @@ def test_a_real_synthetic_run_gives_a_measurement_with_its_own_spread(tmp_path):
     assert measurement_from_records("mnist", records) is None and measurement_from_records("synthetic", []) is None
 
 
+@pytest.mark.slow_torch
 def test_a_real_digits_run_gives_loss_and_accuracy(tmp_path):
     data = digits_dataset(tmp_path / "cache")
     cmd = [sys.executable, str(WORKLOADS / "ddp.py"), "--data-dir", str(data), "--epochs", "1", "--threads", "1",

@@ -91,6 +91,7 @@ def test_a_pair_slow_only_in_its_allreduce_is_named_and_a_failed_allreduce_fails
     assert broken.status == FAIL and broken.message == "node1 <-> node2: allreduce rank on node2: exit 1"
 
 
+@pytest.mark.slow_torch
 def test_the_pair_allreduce_runs_here_between_two_processes_and_reads_back(tmp_path):
     """Both ranks of the probe as the nodes run them (bash, this venv's torch, Gloo over loopback)."""
     import socket
