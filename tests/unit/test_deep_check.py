@@ -113,6 +113,7 @@ def test_the_pair_allreduce_runs_here_between_two_processes_and_reads_back(tmp_p
             parse_pair_allreduce(bad)
 
 
+@pytest.mark.slow_torch
 def test_the_compute_probe_runs_here_and_its_output_reads_back():
     done = subprocess.run(["bash", "-c", compute_command(sys.executable, 0.2)], input=probe_bundle(), capture_output=True,
                           timeout=120)
@@ -174,6 +175,7 @@ def test_a_failing_deep_gate_leaves_the_next_deep_gate_to_run(tmp_path):
     assert ran == ["compute", "links"] and [r.status for r in results] == [FAIL, FAIL, NOT_RUN]
 
 
+@pytest.mark.slow_torch
 def test_the_probes_travel_with_the_workloads_they_import_and_leave_nothing_behind(tmp_path):
     """The bundle holds the probes and allreduce.py (pair_allreduce.py's busbw); the probe's
     folder is gone when it ends, whether it succeeded or not."""
