@@ -70,7 +70,7 @@ def test_the_request_writes_the_command_that_makes_it_again():
     request = bench_request(backends="mpi,gloo", process_counts="2,1", launchers="horovod", workload="synthetic",
                             repeat=2, workload_args=["--width", "8"], env=["HOROVOD_CYCLE_TIME=20"])
     assert request_command(Path("inv.ini"), request) == (
-        "pycli bench -i inv.ini --backends mpi,gloo --np 1,2 --launchers horovod --workload synthetic --repeat 2 "
+        "pycli bench -i inv.ini --backends mpi,gloo --np-list 1,2 --launchers horovod --workload synthetic --repeat 2 "
         "--allreduce-sizes 4K:256M --allreduce-iters 5 --iperf-seconds 5 --env HOROVOD_CYCLE_TIME=20 -- --width 8")
 
 
