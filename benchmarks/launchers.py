@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PYCLI = ROOT / ".venv" / "bin" / "pycli"
 sys.path.insert(0, str(ROOT))
 
+from pycli.json_documents import RESULTS, read_document  # noqa: E402
+
 GOAL_RATIO = 1.0
 GOAL_BUSBW_FROM = 16 * 2**20
 GOAL_OVERHEAD_S = {"files on the nodes": 2.0, "first run": 4.0}
@@ -60,7 +62,7 @@ def newest(runs: Path, kind: str) -> Path:
 def bench(inventory: Path, repeat: int, env: dict[str, str], runs: Path) -> dict:
     run([str(PYCLI), "bench", "-i", str(inventory), "--backends", "gloo", "--np-list", "1,2",
          "--launchers", "horovod,torchrun", "--repeat", str(repeat), "--allreduce-sizes", "1M:256M"], env)
-    return json.loads((newest(runs, "bench") / "results.json").read_text())
+    return read_document(RESULTS, newest(runs, "bench") / "results.json")
 
 
 def throughput_rows(results: dict) -> list[dict]:

@@ -167,7 +167,10 @@ def provision(inventory: Path, argv: list[str], env: dict[str, str], bridge: str
     run_folder = Path(found.group(1))
     recap = run_folder / "recap.json"  # site.yml's runs only: a host is ok when it went through every play
     if recap.is_file():
-        failed = sum(1 for state in json.loads(recap.read_text())["hosts"].values() if state != "ok")
+        sys.path.insert(0, str(ROOT))
+        from pycli.json_documents import RECAP, read_document
+
+        failed = sum(1 for state in read_document(RECAP, recap)["hosts"].values() if state != "ok")
     else:
         failed = len(per_host(run_folder, {"runner_on_failed", "runner_on_unreachable"}))
     if proc.returncode != 0 and not failed:

@@ -12,7 +12,7 @@ busbw per message size beside the raw TCP throughput between the same nodes (ipe
 
 This module runs it all. The plan (pycli.bench_plan), the statistics (pycli.bench_stats)
 and the results document (pycli.bench_results) are pure functions; raw TCP is pycli.iperf;
-pycli.report turns the document into CSV, JSON, Markdown and PNG files.
+pycli.bench_report turns the document into CSV, JSON, Markdown and PNG files.
 """
 
 from __future__ import annotations
@@ -23,7 +23,13 @@ from datetime import datetime
 from pathlib import Path
 
 from pycli.bench_plan import (
-    BenchRequest, allreduce_job, node_capacity, placement_cluster, plan_allreduce, plan_matrix, training_job,
+    BenchRequest,
+    allreduce_job,
+    node_capacity,
+    placement_cluster,
+    plan_allreduce,
+    plan_matrix,
+    training_job,
 )
 from pycli.bench_results import AllreduceRun, results_document, skipped_document
 from pycli.bench_stats import CellRun, measurement_from_records, summarize
@@ -34,7 +40,6 @@ from pycli.job_log import run_logged_job
 from pycli.node_facts import gather_node_facts
 from pycli.sizes import human_size
 from pycli.train import JobRequest
-
 
 
 def _run_job(cluster: Cluster, job: JobRequest, run_dir: Path) -> tuple[int, tuple[dict, ...], str]:
@@ -55,8 +60,8 @@ def _format_run(run: CellRun, workload: str) -> str:
 
 def bench(cluster: Cluster, request: BenchRequest, *, write: Callable[[str], None] = print) -> int:
     """Run the matrix on the cluster's nodes and write the report; the exit code says if all ran."""
+    from pycli.bench_report import skipped_lines, write_report
     from pycli.paths import new_run_dir
-    from pycli.report import skipped_lines, write_report
 
     inventory = cluster.inventory_path
     hosts = cluster.hosts
@@ -87,8 +92,8 @@ def bench(cluster: Cluster, request: BenchRequest, *, write: Callable[[str], Non
                 cell_dir = run_dir / "runs" / f"{cell.key}-r{repeat}"
                 write(f"pycli: [{len(runs) + 1}/{total}] {cell.describe()}, run {repeat}/{request.repeat} ...")
                 job_began = time.monotonic()
-                code, records, error = _run_job(placement_cluster(cluster, cell.placement),
-                                                training_job(cell, request.workload, request.workload_args, request.env), cell_dir)
+                job = training_job(cell, request.workload, request.workload_args, request.env)
+                code, records, error = _run_job(placement_cluster(cluster, cell.placement), job, cell_dir)
                 measurement = measurement_from_records(request.workload, records) if code == 0 else None
                 if code == 0 and measurement is None:
                     error = "the job wrote no metrics record"
@@ -101,8 +106,8 @@ def bench(cluster: Cluster, request: BenchRequest, *, write: Callable[[str], Non
                 break
             cell_dir = run_dir / "allreduce" / cell.key
             write(f"pycli: allreduce microbenchmark: {cell.describe()}, sizes {request.allreduce_sizes} ...")
-            code, records, error = _run_job(placement_cluster(cluster, cell.placement),
-                                            allreduce_job(cell, request.allreduce_sizes or "", request.allreduce_iters, request.env), cell_dir)
+            job = allreduce_job(cell, request.allreduce_sizes or "", request.allreduce_iters, request.env)
+            code, records, error = _run_job(placement_cluster(cluster, cell.placement), job, cell_dir)
             allreduce_runs.append(AllreduceRun(cell, code, cell_dir, list(records), error))
             if records:
                 write(f"pycli:     busbw {records[-1]['busbw_gbps']:.3g} GB/s at {human_size(records[-1]['bytes'])}")

@@ -19,7 +19,7 @@ from types import ModuleType
 from pycli.cache import read_sha256_lines
 from pycli.errors import BadInput, PycliError, read_user_text
 from pycli.inventory_writer import write_text_atomically
-from pycli.launch_lines import WORKLOADS_DIR
+from pycli.paths import WORKLOADS_DIR
 
 
 def _workload_module(name: str) -> ModuleType:

@@ -40,8 +40,9 @@ from pycli.deep_plots import plot_compute, plot_links
 from pycli.gpu_health import gate_gpu_health
 from pycli.iperf import parse_iperf3, tcp_client_command, tcp_server_command, tcp_stop_command
 from pycli.job_files import folder_files
-from pycli.launch_lines import WORKLOADS_DIR, socket_interface_env
+from pycli.launch_lines import socket_interface_env
 from pycli.nodes import ssh_each
+from pycli.paths import WORKLOADS_DIR
 
 Key = TypeVar("Key")  # what ratios_to_others compares: nodes by name, pairs of them
 

@@ -23,9 +23,9 @@ from typing import IO
 
 from pycli.cluster_model import Host
 from pycli.errors import BadInput, PycliError, Unreachable, warn
-from pycli.launch_lines import AUTOTUNE_LOG, WORKLOADS_DIR, JobPlan, stray_sweep_line
+from pycli.launch_lines import AUTOTUNE_LOG, JobPlan, stray_sweep_line
 from pycli.nodes import SSH_FAILED, SSH_TIMEOUT_S, NodeOutput, ssh_each, ssh_stream
-from pycli.paths import PROJECT_ROOT
+from pycli.paths import PROJECT_ROOT, WORKLOADS_DIR
 
 STAGE_SCRIPT = PROJECT_ROOT / "pycli" / "node_files" / "stage-job.sh"
 # What a digest covers of a folder: every file but Python's byte-code caches.

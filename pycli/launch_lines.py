@@ -18,7 +18,7 @@ from pycli.cluster_model import DEFAULT_SSH_PORT, VENV_VAR, WORK_DIR_VAR, Host
 from pycli.errors import BadInput
 from pycli.hostfiles import render_hostfile
 from pycli.job_request import JobRequest
-from pycli.paths import PROJECT_ROOT, role_defaults
+from pycli.paths import WORKLOADS_DIR, role_defaults
 
 # horovodrun's controllers (--gloo, --mpi): how its ranks find each other and coordinate.
 # Not the collective library that moves the tensors (`pycli bench --backends`).
@@ -34,7 +34,6 @@ def check_controller(controller: str) -> str:
 
 # How a job starts: horovodrun, mpirun (Horovod's MPI controller) or torchrun (one per node).
 LAUNCHERS = ("horovod", "mpirun", "torchrun")
-WORKLOADS_DIR = PROJECT_ROOT / "workloads"
 ALLREDUCE_SCRIPT = WORKLOADS_DIR / "allreduce.py"  # the allreduce of check's gate and bench's microbenchmark
 # torchrun's rendezvous port when none was picked on the first node (plans shown, not run):
 # a job that runs asks its first node for a free port while it is staged.

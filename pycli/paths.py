@@ -13,6 +13,8 @@ from pycli.errors import PycliError
 # The playbooks and roles travel with the source tree; pycli runs from a checkout
 # (installed editable), so the tree is the package's parent.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# The training scripts and probes that travel to the nodes, as a folder (their modules import each other).
+WORKLOADS_DIR = PROJECT_ROOT / "workloads"
 
 
 def project_path(*parts: str) -> Path:

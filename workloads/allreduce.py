@@ -26,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from trainlib import (  # noqa: E402
-    HorovodComm, Metrics, TorchComm, WorkloadError, allgather_floats, allreduce_sum_, barrier, data_path, pick_device,
-    run,
-)
+from wl_comm import HorovodComm, TorchComm, allgather_floats, allreduce_sum_, barrier, data_path  # noqa: E402
+from wl_device import pick_device  # noqa: E402
+from wl_errors import WorkloadError, run  # noqa: E402
+from wl_metrics import Metrics  # noqa: E402
 
 FLOAT32_BYTES = 4
 _SIZE = re.compile(r"^(?P<number>[0-9]+)(?P<unit>[KMG]?)B?$", re.IGNORECASE)

@@ -13,7 +13,7 @@ WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 sys.path.insert(0, str(WORKLOADS))
 
 import allreduce  # noqa: E402
-from trainlib import WorkloadError  # noqa: E402
+from wl_errors import WorkloadError  # noqa: E402
 
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 

@@ -218,7 +218,7 @@ def test_stage_then_collect_over_ssh(tmp_path, local_ssh):
     assert rank_threads(plan) is None  # before staging counted the cores
     staged = job_files.stage(plan, tmp_path)
     job_dir = Path(staged.job_dir)
-    assert (job_dir / "workloads" / "synthetic.py").is_file() and (job_dir / "workloads" / "trainlib.py").is_file()
+    assert (job_dir / "workloads" / "synthetic.py").is_file() and (job_dir / "workloads" / "wl_loop.py").is_file()
     cores = int(subprocess.check_output(["nproc"]))
     assert staged.rendezvous_port and dict(staged.node_cpus) == {"n1": cores, "n2": cores}
     assert rank_threads(staged) == max(1, cores // 2)

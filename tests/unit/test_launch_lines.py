@@ -128,6 +128,22 @@ def test_the_horovod_role_takes_its_venv_from_the_common_role():
     assert "common_venv_path" in role_defaults("horovod")["horovod_venv_path"]
 
 
+def test_every_fallback_of_the_venv_path_is_the_common_role_s():
+    # Roles and playbooks that may run without the common role's defaults fall back to its
+    # value; this holds those copies to the one home, roles/common/defaults/main.yml.
+    import re
+
+    from pycli.paths import PROJECT_ROOT, role_defaults
+
+    venv = role_defaults("common")["common_venv_path"]
+    fallbacks = {
+        str(path.relative_to(PROJECT_ROOT)): found
+        for path in [*PROJECT_ROOT.glob("playbooks/*.yml"), *PROJECT_ROOT.glob("roles/*/defaults/main.yml")]
+        for found in re.findall(r"common_venv_path \| default\('([^']*)'\)", path.read_text())
+    }
+    assert fallbacks and all(value == venv for value in fallbacks.values()), fallbacks
+
+
 def test_gloo_and_nccl_sockets_follow_the_interface_in_every_line_that_names_one():
     from pycli.deep_check import pair_allreduce_command
     from pycli.launch_lines import socket_interface_env

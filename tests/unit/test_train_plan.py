@@ -12,7 +12,8 @@ from pycli.cluster_model import Cluster, Host
 from pycli.containers import JobContainer
 from pycli.errors import BadInput
 from pycli.job_files import content_digest, stage_items
-from pycli.launch_lines import WORKLOADS_DIR, JobPlan, NodeLayout, launch_commands, remote_data_dir, workload_args
+from pycli.launch_lines import JobPlan, NodeLayout, launch_commands, remote_data_dir, workload_args
+from pycli.paths import WORKLOADS_DIR
 from pycli.nodes import ssh_argv
 from pycli.train import JobRequest, plan_job, read_metrics
 
