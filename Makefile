@@ -62,6 +62,8 @@ $(BIN)/.installed: pyproject.toml
 
 lint: venv
 	$(BIN)/ansible-lint
+	$(BIN)/ruff check pycli workloads
+	$(BIN)/mypy
 
 unit: venv
 	$(BIN)/pytest -q tests/unit

@@ -332,4 +332,5 @@ def hosts_targeted(path: Path, pattern: str = "all", limit: str | None = None) -
                 inventory.subset(limit)
             return [host.name for host in inventory.get_hosts(pattern)]
         except AnsibleError as exc:
-            raise BadInput(f"{path}: hosts {pattern!r}{f' --limit {limit!r}' if limit else ''}: {str(exc).splitlines()[0]}") from None
+            limited = f" --limit {limit!r}" if limit else ""
+            raise BadInput(f"{path}: hosts {pattern!r}{limited}: {str(exc).splitlines()[0]}") from None

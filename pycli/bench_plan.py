@@ -210,7 +210,8 @@ def skip_reason(cell: Cell, nodes: Sequence[NodeCapacity], workload: str | None)
         controller = "mpi" if launcher == "mpirun" or backend == "mpi" else "gloo"
         without = [n.name for n in used if controller not in n.horovod_controllers]
         if without:
-            return f"Horovod on {', '.join(without)} was built without the {controller.upper() if controller == 'mpi' else 'Gloo'} controller"
+            name = controller.upper() if controller == "mpi" else "Gloo"
+            return f"Horovod on {', '.join(without)} was built without the {name} controller"
         if backend == "nccl":
             without = [n.name for n in used if "nccl" not in n.horovod_operations]
             if without:

@@ -137,7 +137,8 @@ def evaluate_mesh(hosts: Sequence[Host], answers: Mapping[str, NodeOutput]) -> G
     pairs = len(hosts) ** 2
     figure = f"{good}/{pairs} node pairs log in (BatchMode, host keys checked)"
     if problems:
-        return failed("ssh_mesh", "; ".join(problems) + ". Run 'pycli provision' (role ssh_trust) to set up keys and known_hosts", figure)
+        fix = ". Run 'pycli provision' (role ssh_trust) to set up keys and known_hosts"
+        return failed("ssh_mesh", "; ".join(problems) + fix, figure)
     return passed("ssh_mesh", figure)
 
 
@@ -196,7 +197,8 @@ def evaluate_horovod_build(names: Sequence[str], facts: Mapping[str, NodeFacts],
         missing = []
         if "pytorch" not in build.frameworks:
             missing.append("the PyTorch framework")
-        missing += [f"the {c.upper() if c == 'mpi' else c.capitalize()} controller" for c in sorted(need_controllers - build.controllers)]
+        missing += [f"the {c.upper() if c == 'mpi' else c.capitalize()} controller"
+                    for c in sorted(need_controllers - build.controllers)]
         missing += [f"{op.upper()} tensor operations" for op in sorted(need_operations - build.operations)]
         if missing:
             problems.append(f"{name}: built without {', '.join(missing)}")
@@ -341,7 +343,9 @@ def docker_gpu_command(image: str) -> str:
     return shlex.join(["timeout", str(DOCKER_TIMEOUT_S), "docker", "run", "--rm", "--gpus", "all", image, "nvidia-smi", "-L"])
 
 
-def evaluate_docker_gpu(nodes: Sequence[str], facts: Mapping[str, NodeFacts], answers: Mapping[str, NodeOutput], image: str) -> GateResult:
+def evaluate_docker_gpu(
+    nodes: Sequence[str], facts: Mapping[str, NodeFacts], answers: Mapping[str, NodeOutput], image: str
+) -> GateResult:
     problems, figures = [], []
     for name in nodes:
         answer = answers[name]

@@ -9,16 +9,16 @@ from typer._click import exceptions as click_errors  # typer vendors click since
 from typer.core import TyperGroup
 
 from pycli import __version__
-from pycli.cli_options import INVENTORY_RULE, command_path, rename_flags
-from pycli.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, PycliError, notice
 from pycli.cli_bench import bench_cmd
 from pycli.cli_cache import cache_app, fetch_cmd
 from pycli.cli_check import check_cmd
 from pycli.cli_cluster import cluster_app
 from pycli.cli_drain import drain_cmd, undrain_cmd
 from pycli.cli_inventory import hostfile_cmd, inventory_app
+from pycli.cli_options import INVENTORY_RULE, command_path, rename_flags
 from pycli.cli_provision import provision_cmd
 from pycli.cli_train import train_cmd
+from pycli.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, PycliError, notice
 
 app = typer.Typer(
     name="pycli",

@@ -39,7 +39,9 @@ def bench_cmd(
     allreduce_iters: int = typer.Option(DEFAULTS.allreduce_iters, "--allreduce-iters", help="Timed allreduces per size."),
     no_allreduce: bool = typer.Option(False, "--no-allreduce", help="Skip the allreduce microbenchmark and iperf3."),
     iperf_seconds: int = typer.Option(DEFAULTS.iperf_seconds, "--iperf-seconds", help="Length of the raw TCP measurement."),
-    env: list[str] = typer.Option(None, "--env", metavar="NAME=VALUE", help="Set for every rank of every run (repeatable), as pycli train --env."),
+    env: list[str] = typer.Option(
+        None, "--env", metavar="NAME=VALUE", help="Set for every rank of every run (repeatable), as pycli train --env."
+    ),
 ) -> None:
     """Run WORKLOAD over each backend and launcher on 1..N processes, within and across servers; write a report.
 

@@ -8,7 +8,13 @@ import typer
 
 from pycli import cache
 from pycli.cli_options import (
-    EXTRA_VARS_OPTION, INVENTORY_ARGUMENT, INVENTORY_OPTION, LIMIT_OPTION, VERBOSE_OPTION, forks_option, load_inventory,
+    EXTRA_VARS_OPTION,
+    INVENTORY_ARGUMENT,
+    INVENTORY_OPTION,
+    LIMIT_OPTION,
+    VERBOSE_OPTION,
+    forks_option,
+    load_inventory,
     output_option,
 )
 from pycli.paths import cache_dir
@@ -48,7 +54,9 @@ def show_cmd() -> None:
 
 @cache_app.command("lock")
 def lock_cmd(
-    python: str = typer.Option(..., "--python", help="The nodes' Python, MAJOR.MINOR (Debian 12: 3.11, Ubuntu 22.04: 3.10, 24.04: 3.12)."),
+    python: str = typer.Option(
+        ..., "--python", help="The nodes' Python, MAJOR.MINOR (Debian 12: 3.11, Ubuntu 22.04: 3.10, 24.04: 3.12)."
+    ),
     arch: str = typer.Option("x86_64", "--arch", help="The nodes' architecture."),
     output: Path = output_option("Folder of locks to write into (set horovod_wheelhouse_locks to it).", cache.LOCKS_DIR),
     pip_args: list[str] = typer.Argument(None, help="More pip arguments after '--', e.g. -- --index-url URL."),

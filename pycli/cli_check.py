@@ -26,7 +26,9 @@ def check_cmd(
         help="Horovod controllers every node's build must have (the horovod_build gate), comma-separated.",
     ),
     cuda_image: str = typer.Option(DEFAULTS.cuda_image, "--cuda-image", help="Image for the docker --gpus all gate."),
-    deep: bool = typer.Option(False, "--deep", help="Also measure every node's compute and every pair's link, and name the slow ones."),
+    deep: bool = typer.Option(
+        False, "--deep", help="Also measure every node's compute and every pair's link, and name the slow ones."
+    ),
     deep_only: bool = typer.Option(False, "--deep-only", help="Only whether every node answers, then the deep gates."),
     fence: bool = typer.Option(False, "--fence", help="With --deep: put the nodes it names on the drained list."),
     compute_fraction: float = typer.Option(
@@ -34,7 +36,8 @@ def check_cmd(
         help="With --deep: a node below this share of the others' median compute is named.",
     ),
     link_fraction: float = typer.Option(
-        DEFAULTS.link_fraction, "--link-fraction", help="With --deep: a pair below this share of the other pairs' median TCP is named."
+        DEFAULTS.link_fraction, "--link-fraction",
+        help="With --deep: a pair below this share of the other pairs' median TCP is named.",
     ),
     dcgm_level: int = typer.Option(
         DEFAULTS.dcgm_level, "--dcgm-level",

@@ -12,8 +12,8 @@ from rich.table import Table
 
 from pycli import local_cluster
 from pycli.cli_options import JSON_OPTION, output_option
-from pycli.local_plan import LOCAL_NODE_SLOTS, validate_name
 from pycli.local_image import DEFAULT_MIRROR, DEFAULT_SUITE, ImageSpec, ensure_image
+from pycli.local_plan import LOCAL_NODE_SLOTS, validate_name
 
 cluster_app = typer.Typer(help="A local cluster of systemd node containers (no servers needed).", no_args_is_help=True)
 
@@ -44,7 +44,9 @@ def up_cmd(
         LOCAL_NODE_SLOTS, "--slots", help="Processes per node that --np fills (ranks share the machine's cores).",
     ),
     name: str = NAME,
-    subnet: str | None = typer.Option(None, "--subnet", help="IPv4 subnet of the cluster's network, /16 to /28 (default: a free /24 of 172.28.0.0/16)."),
+    subnet: str | None = typer.Option(
+        None, "--subnet", help="IPv4 subnet of the cluster's network, /16 to /28 (default: a free /24 of 172.28.0.0/16)."
+    ),
     output: Path | None = output_option("Where to write the inventory (default: inventory/local-NAME.ini).", dir_okay=False),
     ca_bundle: Path | None = CA_BUNDLE,
     mirror: str = MIRROR,

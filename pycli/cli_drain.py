@@ -10,7 +10,9 @@ from pycli.cli_options import INVENTORY_ONLY_OPTION
 
 
 def drain_cmd(
-    nodes: list[str] = typer.Argument(None, help="Nodes to fence off from jobs, as the inventory names them.", show_default=False),
+    nodes: list[str] = typer.Argument(
+        None, help="Nodes to fence off from jobs, as the inventory names them.", show_default=False
+    ),
     inventory: Path | None = INVENTORY_ONLY_OPTION,
     reason: str = typer.Option(..., "--reason", "-r", help="Why, in one line; every command that leaves the node out says it."),
 ) -> None:

@@ -7,7 +7,13 @@ from pathlib import Path
 import typer
 
 from pycli.cli_options import (
-    EXTRA_VARS_OPTION, INVENTORY_ARGUMENT, INVENTORY_OPTION, LIMIT_OPTION, TAGS_OPTION, VERBOSE_OPTION, forks_option,
+    EXTRA_VARS_OPTION,
+    INVENTORY_ARGUMENT,
+    INVENTORY_OPTION,
+    LIMIT_OPTION,
+    TAGS_OPTION,
+    VERBOSE_OPTION,
+    forks_option,
     load_inventory,
 )
 from pycli.provision import SITE_PLAYBOOK, ProvisionRequest, provision

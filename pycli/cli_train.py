@@ -50,7 +50,8 @@ def train_cmd(
         help="Set for every rank (repeatable), over pycli's own settings, e.g. --env HOROVOD_CYCLE_TIME=5.",
     ),
     autotune: bool = typer.Option(
-        False, "--autotune", help="horovodrun's autotuning of its run settings; what it tried is fetched to results/autotune.csv.",
+        False, "--autotune",
+        help="horovodrun's autotuning of its run settings; what it tried is fetched to results/autotune.csv.",
     ),
     docker: str | None = typer.Option(
         None, "--docker", metavar="IMAGE",
@@ -76,8 +77,9 @@ def train_cmd(
     from pycli.train import WORKLOADS, JobRequest, run_job
 
     if workload is not None and workload.startswith("-"):  # `train --np 8 -- --epochs 1`: no workload named
-        workload, script_args = None, [workload, *(script_args or [])]
-    free = [workload, *(script_args or [])] if workload is not None else []
+        script_args = [workload, *(script_args or [])]
+        workload = None
+    free: list[str] = [workload, *(script_args or [])] if workload is not None else []
     positional, rest = leading_inventory(free, tuple(WORKLOADS))
     if positional is not None:  # the workload, if named, follows the inventory; script arguments start with '-'
         workload = rest.pop(0) if rest and not rest[0].startswith("-") else None

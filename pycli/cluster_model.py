@@ -296,7 +296,7 @@ def host_from_vars(name: str, variables: Mapping[str, Any]) -> tuple[Host | None
                 ssh_options += shlex.split(str(variables[var]))
             except ValueError as exc:
                 problems.append(f"host {name!r}: {var} cannot be split into arguments ({exc})")
-    if problems:
+    if problems or port is None or slots is None:
         return None, problems
     return Host(
         name=str(name), address=address, port=port, user=None if user is None else str(user), slots=slots,

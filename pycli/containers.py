@@ -53,7 +53,8 @@ class JobContainer:
 def parse_job_container(image: str, ssh_port: int, options: Sequence[str], hosts: Sequence[Host]) -> JobContainer:
     """Check --docker, --docker-ssh-port and --docker-opt against each other and the hosts."""
     if not _IMAGE_REFERENCE.match(image):
-        raise BadInput(f"--docker {image!r} is not an image reference (like horovod/horovod:0.28.1 or registry:5000/team/image:tag)")
+        raise BadInput(f"--docker {image!r} is not an image reference "
+                       "(like horovod/horovod:0.28.1 or registry:5000/team/image:tag)")
     if not 1 <= ssh_port <= 65535:
         raise BadInput(f"--docker-ssh-port {ssh_port}: a TCP port is 1..65535")
     taken = sorted({h.name for h in hosts if h.port == ssh_port})

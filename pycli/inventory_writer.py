@@ -92,7 +92,8 @@ def render_inventory(
         pairs = " ".join(f"{key}={ini_value(val)}" for key, val in host.variables().items())
         out.append(f"{host.name} {pairs}".rstrip())
     if launcher:
-        out += ["", "# Where jobs start (mpirun/horovodrun run here); without it, the first node.", f"[{LAUNCHER_GROUP}]", launcher]
+        where = "# Where jobs start (mpirun/horovodrun run here); without it, the first node."
+        out += ["", where, f"[{LAUNCHER_GROUP}]", launcher]
     if group_vars:
         out += ["", "# Settings for the whole cluster; a host line's own value wins.", f"[{NODES_GROUP}:vars]"]
         for key, val in group_vars.items():

@@ -294,7 +294,8 @@ def _create(client, plan: ClusterPlan, tag: str, secrets: Path, inventory: Path,
     missing = [n.hostname for n in plan.nodes if n.hostname not in result.hosts or result.hosts[n.hostname].ok == 0]
     if missing:
         detail = "; ".join(f"{h}: {' '.join(result.hosts[h].messages)}" for h in missing if h in result.hosts)
-        raise Unreachable(f"Ansible could not reach {', '.join(missing)} over SSH ({detail or 'no answer'}); see {result.run_dir}")
+        raise Unreachable(f"Ansible could not reach {', '.join(missing)} over SSH ({detail or 'no answer'}); "
+                          f"see {result.run_dir}")
     say(f"cluster {plan.name!r} is up in {time.monotonic() - started:.0f} s: "
         f"{', '.join(n.hostname for n in plan.nodes)} answer Ansible over SSH; inventory: {inventory}")
     return inventory

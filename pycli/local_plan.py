@@ -25,7 +25,7 @@ MAX_NODES = 64
 # inventory host that names none (cluster_model.DEFAULT_SLOTS).
 LOCAL_NODE_SLOTS = 4
 # Local clusters get a /24 each out of this block, picked from the cluster's name.
-SUBNET_POOL = ipaddress.ip_network("172.28.0.0/16")
+SUBNET_POOL = ipaddress.IPv4Network("172.28.0.0/16")
 FIRST_NODE_OFFSET = 10
 # A subnet the user names: IPv4 (Docker's bridge and the inventory speak IPv4 here), no larger
 # than a /16 and no smaller than a /28 (16 addresses: the gateway, the offset, a few nodes).
@@ -136,6 +136,7 @@ def parse_subnet(text: str) -> ipaddress.IPv4Network:
     except ValueError as exc:
         raise BadInput(f"--subnet {text!r}: {exc}") from None
     _check_subnet(text, subnet)
+    assert isinstance(subnet, ipaddress.IPv4Network)  # _check_subnet refused IPv6
     return subnet
 
 
@@ -185,7 +186,8 @@ LOCAL_BED_VARS: dict[str, object] = {
 }
 LOCAL_BED_COMMENTS = {
     "openmpi_version": "Test bed: Open MPI from Debian's mirror (see pycli/local_plan.py for the checksum's source).",
-    "docker_package_source": "Test bed: Docker from Debian; nodes are containers, so Docker runs without iptables or a bridge, containers through the image's runc wrapper.",
+    "docker_package_source": ("Test bed: Docker from Debian; nodes are containers, so Docker runs without iptables "
+                              "or a bridge, containers through the image's runc wrapper."),
     "common_extra_ca_bundle": "Test bed: the CA bundle baked into the node image, trusted by pip on the nodes too.",
     "pycli_job_container_network": "Test bed: train --docker containers stay in their node's network (real hosts: host).",
     "pycli_job_container_options": "Test bed: what a host network gives a container, its node's name and address.",

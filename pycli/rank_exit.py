@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pycli.cluster_model import Host
 from pycli.nodes import SSH_FAILED
 
-
 # horovodrun --gloo, per rank as it fails: "Process 1 exit with status code 137."
 _HOROVOD_GLOO = re.compile(r"\bProcess (\d+) exit with status code (-?\d+)\.")
 # mpirun (also under horovodrun --mpi), a rank killed by a signal:

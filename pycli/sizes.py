@@ -6,7 +6,6 @@ import re
 
 from pycli.errors import BadInput
 
-
 _SIZE = re.compile(r"^(?P<number>[0-9]+)(?P<unit>[KMG]?)B?$", re.IGNORECASE)
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 

@@ -72,7 +72,8 @@ def main() -> None:
     parser.add_argument("--fp16-allreduce", action="store_true")
     parser.add_argument("--amp", action="store_true")
     parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads per rank (0: this node's cores shared out between its ranks)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch CPU threads per rank (0: this node's cores shared out between its ranks)")
     parser.add_argument("--metrics", type=Path, default=Path("metrics.jsonl"))
     args = parser.parse_args()
     if min(args.batch_size, args.image_size, args.num_batches_per_iter, args.num_iters) < 1 or args.num_iters < 2:
