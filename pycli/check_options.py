@@ -2,7 +2,7 @@
 
 `pycli check`'s options (pycli/cli_check.py) take their defaults from `DEFAULTS`, and
 `check_options` turns what the user typed into a `CheckOptions` before any node is touched;
-the gates (pycli/check.py) read only the `CheckOptions` they are given.
+the gates (pycli/check_gates.py) read only the `CheckOptions` they are given.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class CheckOptions:
     allreduce_size: str = "64M"
     controllers: tuple[str, ...] = HOROVOD_CONTROLLERS  # --build-controllers: what every node's Horovod must have
     cuda_image: str = "nvidia/cuda:12.8.1-base-ubuntu22.04"
-    # --deep (pycli/deep_check.py): which node or link is slow; --fence drains the suspects.
+    # --deep (pycli/check_deep.py): which node or link is slow; --fence drains the suspects.
     deep: bool = False
     deep_only: bool = False  # only reachable and the deep gates: measure again after a repair
     fence: bool = False
@@ -36,7 +36,7 @@ class CheckOptions:
     link_fraction: float = DEFAULT_LINK_FRACTION
     compute_seconds: float = 2.0
     link_seconds: int = 2
-    dcgm_level: int = DEFAULT_DCGM_LEVEL  # pycli/gpu_health.py
+    dcgm_level: int = DEFAULT_DCGM_LEVEL  # pycli/check_gpu_health.py
 
 
 DEFAULTS = CheckOptions()

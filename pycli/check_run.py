@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from pycli.check import FAIL, GATES, NOT_RUN, PASS, SKIP, CheckContext, CheckOptions, Gate, GateResult
+from pycli.check_gates import FAIL, GATES, NOT_RUN, PASS, SKIP, CheckContext, CheckOptions, Gate, GateResult
 from pycli.cluster_model import Cluster, Drained
 from pycli.errors import EXIT_OK
 from pycli.json_documents import CHECK, versioned
@@ -67,7 +67,7 @@ def gates_for(options: CheckOptions) -> tuple[Gate, ...]:
     every node answers and then the deep ones."""
     if not options.deep:
         return GATES
-    from pycli.deep_check import DEEP_GATES
+    from pycli.check_deep import DEEP_GATES
 
     return (GATES[0], *DEEP_GATES) if options.deep_only else GATES + DEEP_GATES
 

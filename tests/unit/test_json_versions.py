@@ -10,7 +10,7 @@ import pytest
 from pycli.bench_plan import BenchRequest
 from pycli.bench_report import write_report
 from pycli.bench_results import results_document
-from pycli.check import GateResult
+from pycli.check_gates import GateResult
 from pycli.check_run import report_json
 from pycli.cluster_model import Cluster, Host
 from pycli.errors import EXIT_BAD_INPUT, BadInput

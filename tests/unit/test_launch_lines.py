@@ -8,7 +8,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from pycli.check import mpirun_command
+from pycli.check_gates import mpirun_command
 from pycli.cluster_model import Host
 from pycli.errors import BadInput
 from pycli.launch_lines import MPIRUN_ENV, MPIRUN_FLAGS, job_process_pattern, mpirun_argv, ssh_port_option, stray_sweep_line
@@ -145,7 +145,7 @@ def test_every_fallback_of_the_venv_path_is_the_common_role_s():
 
 
 def test_gloo_and_nccl_sockets_follow_the_interface_in_every_line_that_names_one():
-    from pycli.deep_check import pair_allreduce_command
+    from pycli.check_deep import pair_allreduce_command
     from pycli.launch_lines import socket_interface_env
 
     assert socket_interface_env(None) == [] and socket_interface_env("") == []

@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from pycli.check import FAIL, PASS
+from pycli.check_gates import FAIL, PASS
 from pycli.check_options import check_options
 from pycli.check_run import drain_suspects, gates_for
 from pycli.cluster_model import load_cluster
-from pycli.deep_check import (
+from pycli.check_deep import (
     DEEP_GATES,
     compute_command,
     evaluate_compute,
@@ -25,8 +25,8 @@ from pycli.deep_check import (
     probe_bundle,
     ratios_to_others,
 )
-from pycli.deep_figures import Link
-from pycli.deep_plots import plot_compute, plot_links
+from pycli.check_figures import Link
+from pycli.check_plots import plot_compute, plot_links
 from pycli.drained import with_drained
 from pycli.errors import BadInput
 
@@ -163,7 +163,7 @@ def test_a_pair_s_figure_is_its_slower_direction():
 
 
 def test_a_failing_deep_gate_leaves_the_next_deep_gate_to_run(tmp_path):
-    from pycli.check import NOT_RUN, Gate, GateResult
+    from pycli.check_gates import NOT_RUN, Gate, GateResult
     from pycli.check_run import run_gates
 
     ran = []
@@ -194,6 +194,6 @@ def test_the_probes_travel_with_the_workloads_they_import_and_leave_nothing_behi
 
 
 def test_the_plots_import_the_figures_and_never_the_check():
-    loaded = subprocess.run([sys.executable, "-c", "import sys, pycli.deep_plots; print('pycli.deep_check' in sys.modules)"],
+    loaded = subprocess.run([sys.executable, "-c", "import sys, pycli.check_plots; print('pycli.check_deep' in sys.modules)"],
                             capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "False"

@@ -1,5 +1,5 @@
-"""What the deep check measured between two nodes, apart from how it measures (pycli/deep_check.py)
-and how it draws it (pycli/deep_plots.py): both import it, neither imports the other."""
+"""What the deep check measured between two nodes, apart from how it measures (pycli/check_deep.py)
+and how it draws it (pycli/check_plots.py): both import it, neither imports the other."""
 
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ A node below `compute_fraction` of the others' median is named, and so is a pair
 `link_fraction` of the other pairs' median; a node all of whose links are named is itself a
 suspect. `--fence` puts the suspects on the drained list (pycli/drained.py). The figures go
 to `deep.json`, the pair matrices to `links.png` (TCP) and `allreduce.png` (heat maps), the
-compute figures to `compute.png` (pycli/deep_plots.py). The GPUs' own reports are the gate of
-pycli/gpu_health.py.
+compute figures to `compute.png` (pycli/check_plots.py). The GPUs' own reports are the gate of
+pycli/check_gpu_health.py.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
-from pycli.check import CheckContext, Gate, GateResult, failed, passed, skipped
+from pycli.check_figures import Link
+from pycli.check_gates import CheckContext, Gate, GateResult, failed, passed, skipped
+from pycli.check_gpu_health import gate_gpu_health
+from pycli.check_plots import plot_compute, plot_links
 from pycli.cluster_model import INTERFACE_VAR, Host
-from pycli.deep_figures import Link
-from pycli.deep_plots import plot_compute, plot_links
-from pycli.gpu_health import gate_gpu_health
 from pycli.iperf import parse_iperf3, tcp_client_command, tcp_server_command, tcp_stop_command
 from pycli.job_files import folder_files
 from pycli.launch_lines import socket_interface_env

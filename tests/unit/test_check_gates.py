@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pycli.check import (
+from pycli.check_gates import (
     FAIL, NOT_RUN, PASS, SKIP, CheckContext, Gate, GateResult, docker_gpu_command,
     evaluate_allreduce, evaluate_docker_gpu, evaluate_driver_library, evaluate_horovod_build, evaluate_mesh,
     evaluate_mpirun, evaluate_nvidia_smi, evaluate_reachable, evaluate_same_software, mesh_command, mpirun_command,

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from pycli.check import CheckContext, GateResult, failed, passed, skipped
+from pycli.check_gates import CheckContext, GateResult, failed, passed, skipped
 from pycli.gpu_reports import DiagReport, GpuState, Xid, parse_dcgm_diag, parse_nvidia_smi_q, parse_xids
 
 MARK = "@@pycli-gpu"

@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from pycli.deep_figures import Link
+from pycli.check_figures import Link
 
 
 def plot_links(names: Sequence[str], links: Sequence[Link], path: Path, *, allreduce: bool = False) -> None:
