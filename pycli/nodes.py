@@ -157,8 +157,9 @@ def _ssh_all(commands: Sequence[tuple[Host, str]], timeout_s: float, shared: boo
         argv = ssh_argv(host, command, tty=not shared and stdin is None, shared=shared)
         started[host.name] = subprocess.Popen(argv, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    answers = {}
-    for name, proc in started.items():
+    answers: dict[str, NodeOutput] = {}
+
+    def finish(name: str, proc: subprocess.Popen) -> None:
         try:
             out, err = proc.communicate(stdin, timeout=timeout_s)
             why_not = b""
@@ -167,7 +168,15 @@ def _ssh_all(commands: Sequence[tuple[Host, str]], timeout_s: float, shared: boo
             out, err = proc.communicate()
             why_not = f"\nno answer within {timeout_s:g} s".encode()
         answers[name] = NodeOutput(name, proc.returncode, _text(out), _text(err + why_not))
-    return answers
+
+    # Every command gets its stdin and is waited for at once: commands that wait for each other
+    # (the two ranks of a pair's allreduce) would each block the other's stdin, one at a time.
+    waiting = [threading.Thread(target=finish, args=item, daemon=True) for item in started.items()]
+    for thread in waiting:
+        thread.start()
+    for thread in waiting:
+        thread.join()
+    return {name: answers[name] for name in started}
 
 
 def _text(output: bytes) -> str:

@@ -347,6 +347,29 @@ esac
     assert (tmp_path / "calls").read_text().splitlines() == ["run 10.0.0.2"]
 
 
+def test_commands_that_wait_for_each_other_all_get_their_stdin_at_once(tmp_path, monkeypatch):
+    """The two ranks of a pair's allreduce each read the probes from stdin, then wait for the
+    other: stdin handed to one command after the other has ended would leave both waiting."""
+    from pycli.cluster_model import Host
+    from pycli.nodes import ssh_each
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # Each "node" reads its stdin whole, says it is there, then waits up to 10 s for the other.
+    (bin_dir / "ssh").write_text(f"""#!/bin/bash
+host=${{@: -2:1}}; cat > {tmp_path}/stdin-$host; touch {tmp_path}/here-$host
+for _ in $(seq 100); do [ "$(ls {tmp_path}/here-* | wc -l)" = 2 ] && {{ echo met; exit 0; }}; sleep 0.1; done
+echo "the other rank never came" >&2; exit 1
+""")
+    (bin_dir / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    hosts = [Host("n1", "10.0.0.1"), Host("n2", "10.0.0.2")]
+    bundle = os.urandom(256 * 1024)  # more than a pipe holds: written while the other waits
+    answers = ssh_each([(h, "probe") for h in hosts], timeout_s=30, stdin=bundle)
+    assert [answers[h.name].stdout for h in hosts] == ["met\n", "met\n"], {h.name: answers[h.name].why() for h in hosts}
+    assert (tmp_path / "stdin-10.0.0.1").read_bytes() == (tmp_path / "stdin-10.0.0.2").read_bytes() == bundle
+
+
 def _stale_master_ssh(tmp_path, monkeypatch, run_line: str) -> Path:
     """An `ssh` whose kept connection to 10.0.0.1 is dead until it is told to exit; then it runs `run_line`."""
     bin_dir = tmp_path / "bin"
