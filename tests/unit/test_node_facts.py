@@ -4,9 +4,10 @@ The fixtures here (PROBE, GPU_PROBE, facts) are the recorded nodes the gates' te
 """
 
 import json
+from pathlib import Path
 
 from pycli.node_facts import (
-    NodeFacts, node_facts_from_json, parse_check_build, parse_cuda, parse_nvidia_smi, parse_nvml_library, parse_probe,
+    NodeFacts, first_version, node_facts_from_json, parse_check_build, parse_cuda, parse_nvidia_smi, parse_nvml_library, parse_probe,
 )
 from pycli.nodes import NodeOutput, node_output_from_event
 
@@ -125,3 +126,8 @@ def test_ansible_events_become_node_outputs():
     assert node_output_from_event(bad).why() == "boom"
     assert node_output_from_event(gone).rc is None and node_output_from_event(gone).why() == "Connection refused"
     assert node_output_from_event({"event": "playbook_on_start"}) is None
+
+
+def test_the_open_kernel_modules_version_line_of_a_real_h200_gives_its_version():
+    text = (Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "proc-driver-nvidia-version-h200-580.txt").read_text()
+    assert "Kernel Module" in text and first_version(text) == "580.159.04"  # not the GCC line's 15.3.0
