@@ -213,7 +213,7 @@ def test_the_probe_splits_what_each_tool_printed_with_its_exit_status(tmp_path):
     assert MARK in health_command(1)
 
 
-# --- A real H200, recorded by scripts/gpu-verify.sh's first run (2026-11-26) ------------------
+# --- A real H200, read on a machine lent to this project (2026-11-26) -------------------------
 
 
 def test_a_healthy_h200_on_the_open_kernel_module_has_no_problems_and_no_notes():
