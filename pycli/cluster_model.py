@@ -37,6 +37,10 @@ USER_VARS = ("ansible_user", "ansible_ssh_user")
 SLOTS_VAR = "slots"
 KEY_VARS = ("ansible_ssh_private_key_file", "ansible_private_key_file")
 SSH_ARGS_VARS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")
+# Ansible's way to say "this machine": a host whose connection is `local` runs its commands here
+# without SSH (pycli.nodes.node_argv).
+CONNECTION_VAR = "ansible_connection"
+LOCAL_CONNECTION = "local"
 # Cluster-wide settings commands read besides the hosts (from the launcher's variables).
 # Where the venv and the work folder are on every node; their defaults are the common role's
 # (pycli.launch_lines.NodeLayout reads them from roles/common/defaults/main.yml).
@@ -49,7 +53,7 @@ SHARED_CPUS_VAR = "pycli_nodes_share_cpus"
 JOBS_KEPT_VAR = "pycli_jobs_kept"
 SETTINGS_VARS = (VENV_VAR, WORK_DIR_VAR, INTERFACE_VAR, SHARED_CPUS_VAR, JOBS_KEPT_VAR)
 # Every variable pycli reads; Ansible templates them ("{{ ... }}") before pycli sees them.
-READ_VARS = (*ADDRESS_VARS, *PORT_VARS, *USER_VARS, SLOTS_VAR, *KEY_VARS, *SSH_ARGS_VARS, *SETTINGS_VARS)
+READ_VARS = (*ADDRESS_VARS, *PORT_VARS, *USER_VARS, SLOTS_VAR, *KEY_VARS, *SSH_ARGS_VARS, CONNECTION_VAR, *SETTINGS_VARS)
 
 _DNS_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 # Linux's rule for a device name (at most 15 characters; no '/', ':' or blank), narrowed
@@ -72,6 +76,8 @@ class Host:
     slots: int = DEFAULT_SLOTS
     # OpenSSH options that reach the host as Ansible reaches it (key, known_hosts, jump hosts).
     ssh_options: tuple[str, ...] = ()
+    # ansible_connection=local: the machine pycli runs on; its commands run here, never over SSH.
+    local: bool = False
 
     @property
     def endpoint(self) -> str:
@@ -79,7 +85,8 @@ class Host:
 
     @property
     def login_user(self) -> str:
-        return self.user or current_user()
+        # A local host's commands run as whoever runs pycli, as Ansible's local connection does.
+        return current_user() if self.local else self.user or current_user()
 
 
 @dataclass(frozen=True)
@@ -298,9 +305,10 @@ def host_from_vars(name: str, variables: Mapping[str, Any]) -> tuple[Host | None
                 problems.append(f"host {name!r}: {var} cannot be split into arguments ({exc})")
     if problems or port is None or slots is None:
         return None, problems
+    local = str(variables.get(CONNECTION_VAR) or "").strip() == LOCAL_CONNECTION
     return Host(
         name=str(name), address=address, port=port, user=None if user is None else str(user), slots=slots,
-        ssh_options=tuple(ssh_options),
+        ssh_options=tuple(ssh_options), local=local,
     ), []
 
 

@@ -2,7 +2,8 @@
 
 Every command here goes over one shared SSH connection per node (pycli.nodes, `shared`):
 the first opens it, the rest reuse it, so the seconds a job spends outside its own processes
-are a few round trips rather than an Ansible run each.
+are a few round trips rather than an Ansible run each. On a local host (ansible_connection=local)
+the same commands and streams run here, without SSH (pycli.nodes.node_argv).
 
 Staging is content-addressed: every file pycli stages is named on the nodes by a digest of
 what it holds (`content_digest`) and kept in the node's store (NodeLayout.store); a job

@@ -1,5 +1,6 @@
-"""A job's processes on its nodes: started over SSH, their output streamed, Ctrl-C forwarded,
-all stopped when one fails or the time limit passes, and how the job ended said in words."""
+"""A job's processes on its nodes: started over SSH (on a local host, here: pycli.nodes.node_argv),
+their output streamed, Ctrl-C forwarded, all stopped when one fails or the time limit passes,
+and how the job ended said in words."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED
 from pycli.launch_lines import JobPlan, launch_commands
-from pycli.nodes import SSH_FAILED, RemoteProcess, ssh_argv
+from pycli.nodes import SSH_FAILED, RemoteProcess, connection_lost
 from pycli.rank_exit import RankExitReader
 
 
@@ -41,7 +42,7 @@ def run_processes(plan: JobPlan, write: Callable[[str], None] = print, time_limi
         ranks.feed(line)
         write(line)
 
-    processes = [RemoteProcess(ssh_argv(host, line), f"[{host.name}] " if many else "", show) for host, line in commands]
+    processes = [RemoteProcess(host, line, f"[{host.name}] " if many else "", show) for host, line in commands]
     hosts = [host.name for host, _ in commands]
     user_interrupt = threading.Event()
     stopping = threading.Event()
@@ -67,8 +68,8 @@ def run_processes(plan: JobPlan, write: Callable[[str], None] = print, time_limi
 
     def failed(index: int) -> JobExit | None:
         name, code = hosts[index], processes[index].proc.poll()
-        if code == SSH_FAILED:
-            return JobExit(code, f"{name} stopped answering (ssh exit {SSH_FAILED})", lost=True)
+        if connection_lost(processes[index].host, code):
+            return JobExit(SSH_FAILED, f"{name} stopped answering (ssh exit {SSH_FAILED})", lost=True)
         if code not in (None, 0):
             return JobExit(code, f"{name} exited {code} first" if many else f"exit {code} on {name}")
         return None

@@ -6,11 +6,18 @@ ad-hoc commands through the one runner adapter (`run_on_nodes`, every host answe
 login each time (`ssh_probe`), short commands on many nodes at once (`ssh_each`), a byte
 stream into or out of one node (`ssh_stream`: a job's files, its results) and a job's
 processes, their output streamed (`RemoteProcess`).
+
+A host whose inventory says `ansible_connection=local` (Host.local) is the machine pycli runs
+on: `node_argv`, the one place that decides, runs its commands with bash here instead of over
+ssh, so every function above serves it unchanged; it never has a kept connection to open or
+close, and a job's processes on it are a process group of their own (`RemoteProcess`).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import tempfile
 import threading
@@ -118,18 +125,36 @@ def ssh_argv(host: Host, command: str, *, tty: bool = True, shared: bool = False
             "-l", host.login_user, "--", host.address, command]
 
 
+def node_argv(host: Host, command: str, *, tty: bool = True, shared: bool = False) -> list[str]:
+    """The argv that runs the shell line `command` on `host`: over OpenSSH (ssh_argv, its `tty`
+    and `shared`), or for a local host, bash on this machine, as sshd would run it in the
+    user's shell. Without a pseudo-terminal there: output comes back as written (LF), and
+    stderr stays apart unless the caller merges it."""
+    if host.local:
+        return ["bash", "-c", command]
+    return ssh_argv(host, command, tty=tty, shared=shared)
+
+
+def connection_lost(host: Host, rc: int | None) -> bool:
+    """`rc` is ssh's own failure: the host stopped answering (never so for a local host, whose
+    commands may exit 255 themselves)."""
+    return rc == SSH_FAILED and not host.local
+
+
 def ssh_probe(hosts: Sequence[Host], command: str = "true") -> dict[str, NodeOutput]:
     """A new SSH login to every host at once, with the inventory's settings and host keys checked.
 
     OpenSSH directly rather than Ansible: Ansible keeps connections open (ControlPersist),
-    and a kept connection outlives a stopped sshd, which is exactly what this must see.
+    and a kept connection outlives a stopped sshd, which is exactly what this must see. A local
+    host answers without SSH: its command runs here (node_argv).
     """
     return ssh_each([(host, command) for host in hosts])
 
 
 def ssh_each(commands: Sequence[tuple[Host, str]], timeout_s: float = 3 * SSH_TIMEOUT_S, *,
              shared: bool = False, stdin: bytes | None = None) -> dict[str, NodeOutput]:
-    """Each host's own command, all at once over OpenSSH (a new login each unless `shared`); what each answered.
+    """Each host's own command, all at once over OpenSSH (a new login each unless `shared`; a
+    local host's here, node_argv); what each answered.
 
     `stdin`: the same bytes on every command's stdin (a small bundle of files), sent without a
     pseudo-terminal, which would mangle them. Shared connections run without one too: stdout
@@ -147,6 +172,8 @@ def ssh_each(commands: Sequence[tuple[Host, str]], timeout_s: float = 3 * SSH_TI
 def _through_dead_connection(host: Host, rc: int | None) -> bool:
     """ssh failed (or was killed) through a kept connection to `host`: closes it, and says whether
     the command failed in ssh itself, so that running it again on a new connection is worth it."""
+    if host.local:
+        return False  # nothing is kept open to a local host
     return (rc == SSH_FAILED or (rc or 0) < 0) and close_shared_connection(host) and rc == SSH_FAILED
 
 
@@ -154,7 +181,7 @@ def _ssh_all(commands: Sequence[tuple[Host, str]], timeout_s: float, shared: boo
              stdin: bytes | None) -> dict[str, NodeOutput]:
     started = {}
     for host, command in commands:
-        argv = ssh_argv(host, command, tty=not shared and stdin is None, shared=shared)
+        argv = node_argv(host, command, tty=not shared and stdin is None, shared=shared)
         started[host.name] = subprocess.Popen(argv, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     answers: dict[str, NodeOutput] = {}
@@ -203,7 +230,7 @@ def ssh_stream(host: Host, command: str, *, send: Callable[[IO[bytes]], None] | 
 def _stream_once(host: Host, command: str, send: Callable[[IO[bytes]], None] | None,
                  receive: Callable[[IO[bytes]], None] | None, timeout_s: float) -> NodeOutput:
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(ssh_argv(host, command, tty=False, shared=True),
+        proc = subprocess.Popen(node_argv(host, command, tty=False, shared=True),
                                 stdin=subprocess.DEVNULL if send is None else subprocess.PIPE,
                                 stdout=out if receive is None else subprocess.PIPE, stderr=err)
         broken = ""
@@ -235,6 +262,8 @@ def _stream_once(host: Host, command: str, send: Callable[[IO[bytes]], None] | N
 
 def close_shared_connection(host: Host) -> bool:
     """Close the kept connection to `host` (ssh_argv's `shared`), if one is open; whether one was."""
+    if host.local:
+        return False
     def control(operation: str) -> int:
         argv = ["ssh", "-o", f"ControlPath={ssh_control_dir() / '%C'}", "-p", str(host.port), *host.ssh_options,
                 "-l", host.login_user, "-O", operation, "--", host.address]
@@ -250,18 +279,22 @@ def close_shared_connection(host: Host) -> bool:
 
 
 class RemoteProcess:
-    """One command on one node over `ssh -tt`, its output streamed with a prefix.
+    """One command on one node over `ssh -tt` (node_argv), its output streamed with a prefix.
 
     A pseudo-terminal on the far side means an interrupt byte reaches the remote process
-    as SIGINT, exactly as Ctrl-C would in an interactive session.
+    as SIGINT, exactly as Ctrl-C would in an interactive session. On a local host the command
+    is a process group of its own here, and SIGINT goes to that group instead.
     """
 
-    def __init__(self, ssh_argv: Sequence[str], prefix: str, write: Callable[[str], None]) -> None:
+    def __init__(self, host: Host, command: str, prefix: str, write: Callable[[str], None]) -> None:
+        self.host = host
         self.prefix = prefix
         self.write = write
         self.proc = subprocess.Popen(
-            list(ssh_argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True,  # our Ctrl-C is forwarded, not delivered to ssh directly
+            node_argv(host, command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            # Our Ctrl-C is forwarded, not delivered to ssh (or a local job) directly; a local
+            # job's processes share this new group, which interrupt() and kill() reach.
+            start_new_session=True,
         )
         self.reader = threading.Thread(target=self._pump, daemon=True)
         self.reader.start()
@@ -273,6 +306,9 @@ class RemoteProcess:
             self.write(f"{self.prefix}{line}" if self.prefix else line)
 
     def interrupt(self) -> None:
+        if self.host.local:
+            self._signal_group(signal.SIGINT)
+            return
         if self.proc.poll() is None and self.proc.stdin:
             try:
                 self.proc.stdin.write(b"\x03")
@@ -286,5 +322,16 @@ class RemoteProcess:
         return code
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
+        # Over ssh the remote side gets SIGHUP when ssh goes; here nothing would end the ranks
+        # a local launcher started, so the whole group goes.
+        if self.host.local:
+            self._signal_group(signal.SIGKILL)
+        elif self.proc.poll() is None:
             self.proc.kill()
+
+    def _signal_group(self, signum: int) -> None:
+        """`signum` to every process of the local command's group (its leader may have ended already)."""
+        try:
+            os.killpg(self.proc.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass  # the group is gone

@@ -1,10 +1,11 @@
 """`pycli train --max-restarts N [--min-np M]`: how a failed job goes on.
 
-After a failure pycli asks every host of the job at once, over SSH, whether it still answers
-and which epoch its copy of the checkpoint holds (the first rank of every node writes one,
-workloads/wl_loop.py). The job starts again on the hosts that answered, as many ranks as
-their slots allow up to the job's --np and not fewer than --min-np, from the checkpoint on
-the node that is rank 0 now: nothing goes through the controller.
+After a failure pycli asks every host of the job at once, over SSH (a local host answers
+without it: pycli.nodes.node_argv), whether it still answers and which epoch its copy of the
+checkpoint holds (the first rank of every node writes one, workloads/wl_loop.py). The job
+starts again on the hosts that answered, as many ranks as their slots allow up to the job's
+--np and not fewer than --min-np, from the checkpoint on the node that is rank 0 now:
+nothing goes through the controller.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """How a job's processes end: the first failure named by host, a time limit, a host that stops answering.
 
-The processes are local shells standing in for the ssh sessions (`ssh_argv` is the seam)."""
+The processes are local shells standing in for the ssh sessions (`nodes.ssh_argv`, behind node_argv, is the seam)."""
 
 import time
 from types import SimpleNamespace
 
 import pytest
 
-from pycli import job_processes
+from pycli import job_processes, nodes
 from pycli.cluster_model import Host
 from pycli.errors import EXIT_FAILED, BadInput
 
@@ -15,7 +15,7 @@ from pycli.errors import EXIT_FAILED, BadInput
 def _run(monkeypatch, lines: dict[str, str], hosts=None, restarts_by_agents=False, **kw):
     hosts = hosts or [Host(name, "10.9.0.1") for name in lines]
     monkeypatch.setattr(job_processes, "launch_commands", lambda plan: [(h, lines[h.name]) for h in hosts if h.name in lines])
-    monkeypatch.setattr(job_processes, "ssh_argv", lambda host, line: ["sh", "-c", line])
+    monkeypatch.setattr(nodes, "ssh_argv", lambda host, line, **_: ["sh", "-c", line])
     monkeypatch.setattr(job_processes, "STOP_GRACE_S", 1)
     said = []
     started = time.monotonic()
