@@ -7,19 +7,33 @@ launcher formats in pycli.hostfiles, writing in pycli.inventory_writer.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import typer
 
 from pycli import hostfiles
 from pycli.cli_options import INVENTORY_ARGUMENT, INVENTORY_OPTION, JSON_OPTION, load_inventory, output_option
-from pycli.cluster_model import DEFAULT_SLOTS, DEFAULT_SSH_PORT, Cluster, Host, make_cluster, parse_host_list
+from pycli.cluster_model import (
+    CONNECTION_VAR,
+    DEFAULT_SLOTS,
+    DEFAULT_SSH_PORT,
+    LOCAL_CONNECTION,
+    VENV_VAR,
+    WORK_DIR_VAR,
+    Cluster,
+    Host,
+    make_cluster,
+    parse_host_list,
+)
 from pycli.drained import for_jobs
 from pycli.errors import BadInput, notice, read_user_text, text_of
+from pycli.gpu_reports import count_listed_gpus
 from pycli.inventory_writer import HostEntry, render_inventory, write_text_atomically
+from pycli.launch_lines import job_process_pattern
 
 inventory_app = typer.Typer(help="Write and read cluster inventories (hosts, SSH access, slots).", no_args_is_help=True)
 
@@ -36,6 +50,8 @@ class ClusterSettings:
     port: int | None = None
     key: str | None = None
     launcher: str | None = None
+    venv: str | None = None  # the venv jobs run in on every host (VENV_VAR); None: the common role's
+    work_dir: str | None = None  # the jobs' folder on every host (WORK_DIR_VAR); None: the common role's
 
 
 _HOW_TO_EDIT = [
@@ -66,6 +82,10 @@ def new_inventory_text(entries: Sequence[HostEntry], settings: ClusterSettings, 
         group_vars["ansible_port"] = settings.port
     if settings.key:
         group_vars["ansible_ssh_private_key_file"] = settings.key
+    if settings.venv:
+        group_vars[VENV_VAR] = settings.venv
+    if settings.work_dir:
+        group_vars[WORK_DIR_VAR] = settings.work_dir
     return render_inventory(
         entries,
         group_vars=group_vars,
@@ -76,8 +96,59 @@ def new_inventory_text(entries: Sequence[HostEntry], settings: ClusterSettings, 
             "ansible_user": "SSH user on every host.",
             "ansible_port": "SSH port on every host.",
             "ansible_ssh_private_key_file": "SSH private key for every host.",
+            VENV_VAR: "The Python venv jobs run in (torch, Horovod): its bin/ comes first on the ranks' PATH.",
+            WORK_DIR_VAR: "Where jobs keep their folders and staged files, the same path on every host.",
         },
     )
+
+
+# The one host of `inventory new --local`. Named `localhost`, which every launcher takes for this
+# machine without SSH: horovodrun's own default host (its -H names take no dots, so not
+# 127.0.0.1), Open MPI's local node, and an address torchrun's rendezvous resolves.
+LOCAL_HOST_NAME = "localhost"
+
+
+def local_host_entry(python: str) -> HostEntry:
+    """The host line of this machine: Ansible's local connection, with the Python running pycli
+    (its modules need nothing more than the controller has)."""
+    return HostEntry(LOCAL_HOST_NAME, extra={CONNECTION_VAR: LOCAL_CONNECTION, "ansible_python_interpreter": python})
+
+
+def local_slots(slots: int | None, gpus: int) -> int:
+    """Processes on this machine: --slots when given, else one per GPU, else one (a CPU host)."""
+    return slots or gpus or DEFAULT_SLOTS
+
+
+def gpus_here() -> int:
+    """The GPUs `nvidia-smi -L` lists on this machine; 0 without nvidia-smi or a driver that answers."""
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return count_listed_gpus(listed.stdout) if listed.returncode == 0 else 0
+
+
+def node_path(value: Path | None, flag: str, *, here: bool) -> str | None:
+    """A --venv or --work-dir path as the inventory holds it: absolute (on this machine, `here`,
+    a relative path or ~ is taken from where pycli runs; a remote host's path must be absolute)."""
+    if value is None:
+        return None
+    path = value.expanduser().absolute() if here else value
+    if not path.is_absolute():
+        raise BadInput(f"{flag} {value}: give an absolute path on the hosts")
+    return str(PurePosixPath(path))
+
+
+def work_dir_path(value: Path | None, *, here: bool) -> str | None:
+    """--work-dir as node_path takes it, and a folder a job's processes can be found by (their
+    command lines name it: launch_lines.job_process_pattern)."""
+    path = node_path(value, "--work-dir", here=here)
+    if path is not None:
+        try:
+            job_process_pattern(PurePosixPath(path) / "jobs")
+        except BadInput:
+            raise BadInput(f"--work-dir {value}: only letters, digits, '_', '.', '-' and '/' may name it") from None
+    return path
 
 
 def _host_lines(hosts: str | None, hosts_file: Path | None, horovod_hosts: str | None) -> tuple[list[HostEntry], str]:
@@ -86,7 +157,7 @@ def _host_lines(hosts: str | None, hosts_file: Path | None, horovod_hosts: str |
     given = [flag for flag, value in sources.items() if value is not None]
     if len(given) != 1:
         named = f"{len(given)}: {', '.join(given)}" if given else "none"
-        raise BadInput(f"give exactly one of --hosts, --hosts-file or --horovod-hosts (got {named})")
+        raise BadInput(f"give exactly one of --hosts, --hosts-file, --horovod-hosts or --local (got {named})")
     if hosts is not None:
         entries = parse_host_list(hosts)
         return entries, _shortened(f"--hosts {hosts}", entries)
@@ -140,11 +211,30 @@ def new_cmd(
     ),
     key: Path | None = typer.Option(None, "--key", help="SSH private key for every host."),
     launcher_host: str | None = typer.Option(None, "--launcher-host", help="Host where jobs start (default: the first host)."),
+    local: bool = typer.Option(
+        False, "--local", help="This machine alone, reached without SSH (ansible_connection=local); "
+        "slots: --slots, else its GPU count, else 1."
+    ),
+    venv: Path | None = typer.Option(
+        None, "--venv", help=f"The Python venv jobs run in on every host ({VENV_VAR}; default: the one provisioning makes)."
+    ),
+    work_dir: Path | None = typer.Option(
+        None, "--work-dir", help=f"Where jobs keep their folders on every host ({WORK_DIR_VAR}; default: the common role's)."
+    ),
     force: bool = typer.Option(False, "--force", help="Replace OUTPUT if it exists."),
 ) -> None:
-    """Write a plain, commented INI inventory from a host list, a hostfile or a horovodrun -H string."""
-    entries, made_from = _host_lines(hosts, hosts_file, horovod_hosts)
-    settings = ClusterSettings(slots=slots, user=user, port=port, key=_key_path(key), launcher=launcher_host)
+    """Write a plain, commented INI inventory of a host list, a hostfile, a horovodrun -H string or this machine (--local)."""
+    if local:
+        ssh_only = {"--hosts": hosts, "--hosts-file": hosts_file, "--horovod-hosts": horovod_hosts, "--user": user,
+                    "--port": port, "--key": key, "--launcher-host": launcher_host}
+        if given := [flag for flag, value in ssh_only.items() if value is not None]:
+            raise BadInput(f"--local writes this machine alone, reached without SSH; leave out {', '.join(given)}")
+        entries, made_from = [local_host_entry(sys.executable)], "--local (this machine, no SSH)"
+        slots = local_slots(slots, gpus_here())
+    else:
+        entries, made_from = _host_lines(hosts, hosts_file, horovod_hosts)
+    settings = ClusterSettings(slots=slots, user=user, port=port, key=_key_path(key), launcher=launcher_host,
+                               venv=node_path(venv, "--venv", here=local), work_dir=work_dir_path(work_dir, here=local))
     text = new_inventory_text(entries, settings, made_from=made_from)
     write_text_atomically(output, text, force=force)
     print(f"wrote {output} ({len(entries)} hosts); check it with 'pycli inventory show {output}'")
@@ -162,6 +252,7 @@ def cluster_as_json(cluster: Cluster) -> dict[str, object]:
                 "user": host.login_user,
                 "user_is_default": host.user is None,
                 "port": host.port,
+                "local": host.local,
                 "slots": host.slots,
                 "launcher": host.name == cluster.launcher,
                 "drained": ({"reason": drained[host.name].reason, "since": drained[host.name].since}
@@ -185,7 +276,7 @@ def cluster_table(cluster: Cluster) -> str:
             host.name,
             host.address,
             host.user or f"{host.login_user} (current user)",
-            str(host.port),
+            "local" if host.local else str(host.port),  # reached without SSH
             str(host.slots),
             "yes" if host.name == cluster.launcher else "",
             *(("yes" if host.name in drained else "",) if drained else ()),

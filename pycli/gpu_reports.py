@@ -1,5 +1,6 @@
-"""Parsers of what NVIDIA's tools print, one home each: `nvidia-smi -q` (per GPU: ECC counts,
-row remapping, page retirement, a reset asked for, slowdown clock events), the driver's
+"""Parsers of what NVIDIA's tools print, one home each: `nvidia-smi -L` (the GPUs listed),
+`nvidia-smi -q` (per GPU: ECC counts, row remapping, page retirement, a reset asked for,
+slowdown clock events), the driver's
 `NVRM: Xid` kernel log lines, and `dcgmi diag -j` of DCGM 3 ("DCGM GPU Diagnostic") and DCGM 4
 ("DCGM Diagnostic"). Pure functions over text; tests/unit/test_check_gpu_health.py runs them on output
 recorded on real machines (tests/fixtures/recorded). The gate that uses them: pycli/check_gpu_health.py.
@@ -25,6 +26,15 @@ HARDWARE_XIDS = {
     119: "GSP RPC timeout",
     120: "GSP error",
 }
+
+
+# --- nvidia-smi -L ------------------------------------------------------------------------------
+
+
+def count_listed_gpus(text: str) -> int:
+    """The GPUs `nvidia-smi -L` lists, one "GPU N: NAME (UUID: ...)" line each (MIG devices are
+    indented beneath theirs and not counted), as the job stage script counts them."""
+    return sum(1 for line in text.splitlines() if line.startswith("GPU "))
 
 
 # --- nvidia-smi -q ------------------------------------------------------------------------------

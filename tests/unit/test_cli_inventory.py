@@ -117,7 +117,8 @@ def test_show_json(capsys, inventory):
     shown = json.loads(ok(capsys, "inventory", "show", "--json", inventory))
     assert shown["launcher"] == "gpu2" and shown["total_slots"] == 6
     assert shown["hosts"][1] == {
-        "name": "gpu2", "address": "10.0.0.2", "user": "ops", "user_is_default": False, "port": 22, "slots": 2, "launcher": True,
+        "name": "gpu2", "address": "10.0.0.2", "user": "ops", "user_is_default": False, "port": 22, "local": False,
+        "slots": 2, "launcher": True,
         "drained": None,
     }
     assert shown["hosts"][0]["user_is_default"] is True
@@ -176,7 +177,11 @@ CLI_ERRORS: dict[str, tuple[list[str], str]] = {
     "hostfile: np too big": (["hostfile", "{tmp}/good.ini", "--np", "5"], "--np 5 is more than the 4 slots"),
     "hostfile: np zero": (["hostfile", "{tmp}/good.ini", "--np", "0"], "--np 0: the number of processes must be at least 1"),
     "hostfile: np not a number": (["hostfile", "{tmp}/good.ini", "--np", "x"], "Invalid value for '--np'"),
-    "new: no source": (NEW, "give exactly one of --hosts, --hosts-file or --horovod-hosts (got none)"),
+    "new: no source": (NEW, "give exactly one of --hosts, --hosts-file, --horovod-hosts or --local (got none)"),
+    "new: local and hosts": ([*NEW, "--local", "--hosts", "a", "--port", "2222"],
+                             "--local writes this machine alone, reached without SSH; leave out --hosts, --port"),
+    "new: relative venv": ([*NEW, "--hosts", "a", "--venv", "venvs/torch"], "--venv venvs/torch: give an absolute path on the hosts"),
+    "new: bad work dir": ([*NEW, "--local", "--work-dir", "/srv/my jobs"], "--work-dir /srv/my jobs: only letters, digits"),
     "new: two sources": ([*NEW, "--hosts", "a", "--horovod-hosts", "a:1"], "(got 2: --hosts, --horovod-hosts)"),
     "new: no output": (["inventory", "new", "--hosts", "a"], "Missing option '--output'"),
     "new: exists": (["inventory", "new", "-o", "{tmp}/existing.ini", "--hosts", "a"], "already exists; pass --force"),
