@@ -7,6 +7,7 @@ launcher formats in pycli.hostfiles, writing in pycli.inventory_writer.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -108,10 +109,15 @@ def new_inventory_text(entries: Sequence[HostEntry], settings: ClusterSettings, 
 LOCAL_HOST_NAME = "localhost"
 
 
-def local_host_entry(python: str) -> HostEntry:
+def local_host_entry(python: str, root: bool = False) -> HostEntry:
     """The host line of this machine: Ansible's local connection, with the Python running pycli
     (its modules need nothing more than the controller has)."""
-    return HostEntry(LOCAL_HOST_NAME, extra={CONNECTION_VAR: LOCAL_CONNECTION, "ansible_python_interpreter": python})
+    extra = {CONNECTION_VAR: LOCAL_CONNECTION, "ansible_python_interpreter": python}
+    if root:
+        # The playbooks' `become: true` would run sudo, which root does not need and a bare
+        # machine (a container, a cloud GPU VM) may not have; the inventory's word wins.
+        extra["ansible_become"] = "false"
+    return HostEntry(LOCAL_HOST_NAME, extra=extra)
 
 
 def local_slots(slots: int | None, gpus: int) -> int:
@@ -229,7 +235,7 @@ def new_cmd(
                     "--port": port, "--key": key, "--launcher-host": launcher_host}
         if given := [flag for flag, value in ssh_only.items() if value is not None]:
             raise BadInput(f"--local writes this machine alone, reached without SSH; leave out {', '.join(given)}")
-        entries, made_from = [local_host_entry(sys.executable)], "--local (this machine, no SSH)"
+        entries, made_from = [local_host_entry(sys.executable, root=os.geteuid() == 0)], "--local (this machine, no SSH)"
         slots = local_slots(slots, gpus_here())
     else:
         entries, made_from = _host_lines(hosts, hosts_file, horovod_hosts)

@@ -243,6 +243,12 @@ def _stream_once(host: Host, command: str, send: Callable[[IO[bytes]], None] | N
                 assert proc.stdout is not None
                 with proc.stdout:
                     receive(proc.stdout)
+                    # A reader may stop at the end of what it wants (a tar archive's end marker)
+                    # before the sender has written its last bytes (tar's record padding). ssh
+                    # takes those itself; a local host's sender writes into this pipe and would
+                    # die of SIGPIPE (exit 141) if it were closed first.
+                    while proc.stdout.read(2**16):
+                        pass
         except Exception as error:  # any reason the stream stopped is part of the answer
             broken = f"\nthe stream broke off: {error}"
             if receive is not None:

@@ -16,7 +16,7 @@ import pytest
 
 from pycli import job_processes, nodes
 from pycli.cli import main
-from pycli.cli_inventory import LOCAL_HOST_NAME, local_slots
+from pycli.cli_inventory import LOCAL_HOST_NAME, local_host_entry, local_slots
 from pycli.cluster_model import Host, current_user, load_cluster
 from pycli.errors import EXIT_INTERRUPTED
 from pycli.gpu_reports import count_listed_gpus
@@ -40,7 +40,8 @@ def _local_inventory(tmp_path: Path, *args: str) -> Path:
 def test_inventory_new_local_writes_this_machine_reached_without_ssh(tmp_path, capsys):
     inventory = _local_inventory(tmp_path, "--slots", "3", "--venv", "/opt/torch/.venv", "--work-dir", str(tmp_path / "w"))
     text = inventory.read_text()
-    assert f"[nodes]\nlocalhost ansible_connection=local ansible_python_interpreter={sys.executable}\n" in text
+    become = " ansible_become=false" if os.geteuid() == 0 else ""
+    assert f"[nodes]\nlocalhost ansible_connection=local ansible_python_interpreter={sys.executable}{become}\n" in text
     assert "slots=3\n" in text and "common_venv_path=/opt/torch/.venv\n" in text
     cluster = load_cluster(inventory)
     (host,) = cluster.hosts
@@ -50,6 +51,11 @@ def test_inventory_new_local_writes_this_machine_reached_without_ssh(tmp_path, c
     assert main(["inventory", "show", str(inventory)]) == 0
     row = capsys.readouterr().out.splitlines()[1].split()
     assert row[:2] == ["localhost", "localhost"] and row[-3:] == ["local", "3", "yes"]  # PORT: local, not 22
+
+
+def test_root_on_this_machine_needs_no_sudo_and_a_user_keeps_the_playbooks_become():
+    assert local_host_entry("/py", root=True).extra["ansible_become"] == "false"
+    assert "ansible_become" not in local_host_entry("/py", root=False).extra
 
 
 def test_a_relative_venv_is_taken_from_here_for_a_local_host(tmp_path, monkeypatch):
@@ -105,6 +111,17 @@ def test_commands_on_a_local_host_run_here_with_their_stdin(tmp_path):
     stream = nodes.ssh_stream(HERE, "cat >/dev/null; echo received", send=lambda stdin: stdin.write(b"x" * 100_000),
                               timeout_s=30)
     assert stream.ok and stream.stdout == "received\n"
+
+
+def test_a_reader_that_stops_early_does_not_kill_a_local_sender_with_sigpipe():
+    # As tarfile stops at the archive's end marker while tar still writes its record padding:
+    # the bytes after what the reader wanted are taken too, so the sender ends well (not 141).
+    def first_line(stdout) -> None:
+        assert stdout.readline() == b"the end marker\n"
+
+    answer = nodes.ssh_stream(HERE, "echo 'the end marker'; sleep 0.3; head -c 1000000 /dev/zero", receive=first_line,
+                              timeout_s=30)
+    assert answer.ok, answer
 
 
 def _gone(pid: int) -> bool:
