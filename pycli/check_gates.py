@@ -143,6 +143,8 @@ def evaluate_mesh(hosts: Sequence[Host], answers: Mapping[str, NodeOutput]) -> G
 
 
 def gate_ssh_mesh(ctx: CheckContext) -> GateResult:
+    if len(ctx.cluster.hosts) == 1 and ctx.cluster.hosts[0].local:
+        return skipped("ssh_mesh", "one host, this machine (ansible_connection=local): its jobs need no SSH")
     answers = run_on_nodes(ctx.cluster, ctx.names, ctx.step_dir("ssh_mesh"), mesh_command(ctx.cluster.hosts))
     return evaluate_mesh(ctx.cluster.hosts, answers)
 

@@ -225,3 +225,16 @@ def test_a_failed_jobs_reason_is_its_first_exception():
     assert job_failure(lines).endswith("TypeError: _DistributedOptimizer.zero_grad() got an unexpected keyword argument 'set_to_none'")
     assert job_failure(["a", "b", "c", "d", "pycli: job failed"]) == "b | c | d"
     assert job_failure([]) == "no output"
+
+
+def test_one_local_host_needs_no_ssh_mesh_and_nothing_is_run_for_it(tmp_path):
+    from pycli.check_gates import CheckContext, gate_ssh_mesh
+    from pycli.check_options import DEFAULTS
+    from pycli.cluster_model import load_cluster
+
+    inventory = tmp_path / "local.ini"
+    inventory.write_text("[nodes]\nlocalhost ansible_connection=local\n")
+    ctx = CheckContext(load_cluster(inventory), tmp_path / "run", DEFAULTS)
+    result = gate_ssh_mesh(ctx)
+    assert result.status == "skip" and "ansible_connection=local" in result.figure
+    assert not (tmp_path / "run").exists()  # no Ansible run
