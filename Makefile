@@ -62,7 +62,7 @@ $(BIN)/.installed: pyproject.toml
 
 lint: venv
 	$(BIN)/ansible-lint
-	$(BIN)/ruff check pycli workloads
+	$(BIN)/ruff check pycli workloads scripts
 	$(BIN)/mypy
 
 unit: venv
