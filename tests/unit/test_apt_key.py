@@ -127,25 +127,46 @@ def test_a_file_that_is_no_key_is_refused_in_one_line(keys, tmp_path, content, m
     assert not (tmp_path / "repo-keyring.gpg").exists()
 
 
-def install_tasks(role: str) -> list[dict]:
-    tasks = yaml.safe_load((ROOT / f"roles/{role}/tasks/install.yml").read_text())
+def install_tasks(role: str, tasks_file: str = "install.yml") -> list[dict]:
+    tasks = yaml.safe_load((ROOT / f"roles/{role}/tasks/{tasks_file}").read_text())
     flat = []
     for task in tasks:
         flat.extend(task.get("block", [task]))
     return flat
 
 
-@pytest.mark.parametrize("role, signed_by", [
-    ("docker", "/etc/apt/keyrings/docker.gpg"),
-    ("nvidia_container_toolkit", "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg"),
+@pytest.mark.parametrize("role, tasks_file, signed_by", [
+    ("docker", "install.yml", "/etc/apt/keyrings/docker.gpg"),
+    ("nvidia_container_toolkit", "install.yml", "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg"),
+    ("nvidia_driver", "repository.yml", "/etc/apt/keyrings/cuda-archive-keyring.gpg"),
 ])
-def test_each_repository_role_installs_the_keyring_the_check_wrote(role, signed_by):
-    tasks = install_tasks(role)
+def test_each_repository_role_installs_the_keyring_the_check_wrote(role, tasks_file, signed_by):
+    tasks = install_tasks(role, tasks_file)
     (check,) = [t for t in tasks if t.get("ansible.builtin.include_role", {}).get("tasks_from") == "apt_key.yml"]
     assert check["ansible.builtin.include_role"]["name"] == "artifact_cache"
     (install,) = [t for t in tasks if t.get("ansible.builtin.copy", {}).get("dest") == signed_by]
-    assert install["ansible.builtin.copy"]["src"] == check["vars"]["artifact_cache_keyring"]
+    # nvidia_driver checks one key per distribution of the play (a loop); a host installs its own.
+    loop_var = check.get("loop_control", {}).get("loop_var")
+    keyring = check["vars"]["artifact_cache_keyring"]
+    expected = keyring.replace(loop_var, "_nvidia_driver_repo_distro") if loop_var else keyring
+    assert install["ansible.builtin.copy"]["src"] == expected
     sources = [t["ansible.builtin.copy"]["content"] for t in tasks if "Signed-By:" in str(t.get("ansible.builtin.copy", {}))]
     assert sources and all(f"Signed-By: {signed_by}\n" in s for s in sources)
     # No other gpg call decides what is trusted, and nothing is built only when missing.
     assert not [t for t in tasks if "gpg" in str(t.get("ansible.builtin.command", ""))]
+
+
+def test_nvidia_cuda_repositories_are_pinned_to_nvidias_key_and_nothing_is_filled_in_by_hand():
+    """Every distribution gpu_matrix lists has its CUDA repository key pinned by fingerprint in the
+    role's defaults: a real GPU inventory needs no checksum or key of its own."""
+    defaults = yaml.safe_load((ROOT / "roles/nvidia_driver/defaults/main.yml").read_text())
+    matrix = yaml.safe_load((ROOT / "inventory/group_vars/all/gpu_matrix.yml").read_text())["gpu_matrix"]
+    distros = {d for row in matrix.values() for d in row["distros"]}
+    keys = defaults["nvidia_driver_cuda_repo_keys"]
+    assert distros <= set(keys)
+    for distro in distros:
+        assert keys[distro] == {"file": "3bf863cc.pub", "fingerprint": "EB693B3035CD5710E231E123A4B469963BF863CC"}, distro
+    assert not [k for k in defaults if "sha256" in k or "keyring" in k]
+    vars_files = {yaml.safe_load(p.read_text())["__nvidia_driver_repo_distro"]
+                  for p in (ROOT / "roles/nvidia_driver/vars").glob("*.yml")}
+    assert vars_files <= set(keys)
