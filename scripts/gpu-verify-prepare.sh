@@ -64,9 +64,12 @@ echo "gpu-verify-prepare: wheels for Python $PYVER: ${PINS[*]}"
 # What a machine with torch already has: dropped, so the folder stays small.
 for big in torch nvidia_ triton sympy networkx numpy; do rm -f "$OUT.new/wheels/$big"*.whl; done
 
-# What Horovod's build needs beside torch, pinned and hashed as the horovod role's lock has them.
-grep -hE '^(setuptools|wheel)==' "$ROOT/roles/horovod/files/wheelhouse/cp311-x86_64.txt" > "$OUT.new/build-requirements.txt"
-"$PY" -m pip download -q --no-deps --require-hashes -d "$OUT.new/wheels" -r "$OUT.new/build-requirements.txt"
+# What Horovod's build and horovodrun need beside torch and Ansible's own (PyYAML, packaging),
+# pinned and hashed as the horovod role's lock has them (these wheels fit every Python 3).
+grep -hE '^(setuptools|wheel|cloudpickle|psutil)==' "$ROOT/roles/horovod/files/wheelhouse/cp311-x86_64.txt" \
+  > "$OUT.new/horovod-requirements.txt"
+"$PY" -m pip download -q --no-deps --require-hashes --only-binary=:all: --python-version "$PYVER" --implementation cp \
+  "${PLATFORMS[@]}" -d "$OUT.new/wheels" -r "$OUT.new/horovod-requirements.txt"
 
 echo "gpu-verify-prepare: horovod $HVD_VERSION sdist"
 "$PY" -m pip download -q --no-deps --no-binary=:all: --no-build-isolation -d "$OUT.new/downloads" "horovod==$HVD_VERSION" \

@@ -41,10 +41,13 @@ command -v "$PY" >/dev/null || { echo "gpu-verify: no $PY: give the Python that 
 rm -rf "$WORK"
 mkdir -p "$WORK"
 VENV=$WORK/venv
-"$PY" -m venv "$VENV" || { echo "gpu-verify: $PY -m venv failed (python3-venv missing?)" >&2; exit 1; }
+# No pip of its own (a system Python may lack ensurepip): the machine Python's pip, seen through
+# the .pth file, installs into this venv.
+"$PY" -m venv --without-pip "$VENV" || { echo "gpu-verify: $PY -m venv failed" >&2; exit 1; }
 SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 "$PY" -c 'import site, sys; print("\n".join(site.getsitepackages()))' > "$SITE/zz-machine-python.pth"
 echo "$ROOT" > "$SITE/pycli-checkout.pth"
+"$VENV/bin/python" -m pip --version >/dev/null 2>&1 || { echo "gpu-verify: $PY has no pip" >&2; exit 1; }
 PINS=$("$VENV/bin/python" - "$ROOT" <<'EOF'
 import sys, tomllib
 from pathlib import Path
@@ -54,7 +57,7 @@ EOF
 )
 # shellcheck disable=SC2086
 { "$VENV/bin/python" -m pip install -q --no-index --find-links "$CARRY/wheels" $PINS &&
-  "$VENV/bin/python" -m pip install -q --no-index --no-deps --find-links "$CARRY/wheels" -r "$CARRY/build-requirements.txt"
+  "$VENV/bin/python" -m pip install -q --no-index --no-deps --find-links "$CARRY/wheels" -r "$CARRY/horovod-requirements.txt"
 } > "$WORK/pip.log" 2>&1 \
   || { echo "gpu-verify: installing Ansible from $CARRY/wheels failed; see $WORK/pip.log" >&2; tail -5 "$WORK/pip.log" >&2; exit 1; }
 mkdir -p "$WORK/collections"
