@@ -131,3 +131,25 @@ def test_ansible_events_become_node_outputs():
 def test_the_open_kernel_modules_version_line_of_a_real_h200_gives_its_version():
     text = (Path(__file__).resolve().parents[1] / "fixtures" / "recorded" / "proc-driver-nvidia-version-h200-580.txt").read_text()
     assert "Kernel Module" in text and first_version(text) == "580.159.04"  # not the GCC line's 15.3.0
+
+
+def test_the_probe_finds_the_nvml_library_where_the_loader_does_outside_usr_lib(tmp_path):
+    # As on a cloud GPU VM: the driver's libraries in /usr/local/nvidia/lib64, known to ldconfig only.
+    import subprocess
+
+    import yaml
+
+    plays = yaml.safe_load((Path(__file__).resolve().parents[2] / "playbooks" / "facts.yml").read_text())
+    script = next(play["vars"]["facts_probe_script"] for play in plays if "facts_probe_script" in play.get("vars", {}))
+    section = script.split("echo '### nvml_library'", 1)[1].split("echo '###", 1)[0]
+    lib = tmp_path / "nvidia" / "lib64"
+    lib.mkdir(parents=True)
+    (lib / "libnvidia-ml.so.580.159.04").write_bytes(b"")
+    (lib / "libnvidia-ml.so.1").symlink_to("libnvidia-ml.so.580.159.04")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ldconfig").write_text(f"#!/bin/sh\necho '\tlibnvidia-ml.so.1 (libc6,x86-64) => {lib}/libnvidia-ml.so.1'\n")
+    (bin_dir / "ldconfig").chmod(0o755)
+    out = subprocess.run(["bash", "-c", section], capture_output=True, text=True,
+                         env={"PATH": f"{bin_dir}:/usr/bin:/bin"}).stdout
+    assert parse_nvml_library(out) == "580.159.04", out
