@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
+from pycli.node_facts import parse_check_build  # noqa: E402
 from pycli.paths import WORKLOADS_DIR  # noqa: E402
 
 NO_GPU = "no GPU"
@@ -146,7 +147,9 @@ def step_inventory(ctx: Context) -> Step:
 
 def provision_argv(ctx: Context) -> list[str]:
     return [ctx.python, "-m", "pycli", "provision", "-i", str(ctx.inventory), "--playbook", str(ROOT / "playbooks" / "gpu.yml"),
-            "-t", GPU_TAGS, "--skip-tags", SKIPPED_TAGS, "-e", f"{ADOPT_VAR}=true", "-v"]
+            "-t", GPU_TAGS, "--skip-tags", SKIPPED_TAGS, "-e", f"{ADOPT_VAR}=true",
+            # The version matrix the adopted stack is compared with (a report, never a stop).
+            "-e", f"@{ROOT / 'inventory' / 'group_vars' / 'all' / 'gpu_matrix.yml'}", "-v"]
 
 
 def recap_changed(text: str) -> dict[str, int]:
@@ -288,14 +291,13 @@ def step_check_build(ctx: Context) -> Step:
     if not horovodrun.exists():
         return Step("horovod_check_build", False, "no horovodrun: the build failed")
     code, text, took = run(ctx, "horovod-check-build", [str(horovodrun), "--check-build"], 120)
-    ticked = [line.strip()[4:] for line in text.splitlines() if line.strip().startswith("[X]")]
-    if code != 0:
+    build = parse_check_build(text)
+    if code != 0 or build is None:
         return Step("horovod_check_build", False, f"exit {code}: {last_line(text)}", took)
-    nccl = "NCCL" in ticked
-    why = ", ".join(ticked)
-    if not nccl:
-        return Step("horovod_check_build", False, f"{NO_GPU if not ctx.has_gpu else 'no NCCL'}: {why}", took, {"has": ticked})
-    return Step("horovod_check_build", True, why, took, {"has": ticked})
+    why = build.describe()
+    if "nccl" not in build.operations:
+        return Step("horovod_check_build", False, f"{NO_GPU if not ctx.has_gpu else 'no NCCL'}: {why}", took)
+    return Step("horovod_check_build", True, why, took)
 
 
 # --- Training ----------------------------------------------------------------------------------
