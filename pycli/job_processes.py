@@ -42,7 +42,7 @@ def run_processes(plan: JobPlan, write: Callable[[str], None] = print, time_limi
         ranks.feed(line)
         write(line)
 
-    processes = [RemoteProcess(host, line, f"[{host.name}] " if many else "", show) for host, line in commands]
+    processes: list[RemoteProcess] = []  # started once pycli's Ctrl-C handler is in place
     hosts = [host.name for host, _ in commands]
     user_interrupt = threading.Event()
     stopping = threading.Event()
@@ -92,8 +92,13 @@ def run_processes(plan: JobPlan, write: Callable[[str], None] = print, time_limi
                 write(f"pycli: {found.why.removesuffix(' first')}; torchrun's agents go on without it")
         return failed(0)
 
+    # The handler first: a Ctrl-C as the ranks start (they run in sessions of their own and
+    # never see the terminal's) must stop them, not end pycli with a KeyboardInterrupt.
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
+        processes.extend(RemoteProcess(host, line, f"[{host.name}] " if many else "", show) for host, line in commands)
+        if stopping.is_set():  # Ctrl-C came while they started: those after it have not heard
+            stop_all()
         for proc in processes:
             while True:
                 try:
