@@ -205,7 +205,7 @@ def nccl_from_wheel(ctx: Context) -> Path | None:
     return folder if folder and (folder / "include" / "nccl.h").exists() else None
 
 
-def horovod_build_env(ctx: Context, defaults: dict, cuda_home: Path | None, nccl: Path | None) -> dict[str, str]:
+def horovod_build_env(ctx: Context, cuda_home: Path | None, nccl: Path | None) -> dict[str, str]:
     """The horovod role's build environment (roles/horovod/tasks/preflight.yml), against this machine."""
     env = {"HOROVOD_WITH_PYTORCH": "1", "HOROVOD_WITHOUT_TENSORFLOW": "1", "HOROVOD_WITHOUT_MXNET": "1",
            "HOROVOD_WITH_GLOO": "1", "CMAKE_POLICY_VERSION_MINIMUM": "3.5", "MAKEFLAGS": f"-j{os.cpu_count() or 2}"}
@@ -252,7 +252,7 @@ def build_horovod(ctx: Context) -> Step:
     nvcc = Path(shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")
     cuda_home = nvcc.resolve().parent.parent if nvcc.exists() else None
     nccl = nccl_from_wheel(ctx)
-    env = horovod_build_env(ctx, defaults, cuda_home, nccl)
+    env = horovod_build_env(ctx, cuda_home, nccl)
     code, text, _ = run(ctx, "horovod-build", [ctx.python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
                                                "--no-index", "--wheel-dir", "dist", "."],
                         ctx.build_timeout_s, env=env, cwd=tree)

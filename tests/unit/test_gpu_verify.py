@@ -57,7 +57,7 @@ def test_the_build_sets_what_the_horovod_role_sets_with_nccl_from_the_wheel(tmp_
     (nccl / "lib").mkdir(parents=True)
     (nccl / "lib" / "libnccl.so.2").write_bytes(b"")
     ctx = context(tmp_path, {"torch": "2.11.0+cu130", "cuda": True, "capability": "90"})
-    env = gv.horovod_build_env(ctx, {}, Path("/usr/local/cuda-13.0"), nccl)
+    env = gv.horovod_build_env(ctx, Path("/usr/local/cuda-13.0"), nccl)
     # Either side of each with/without pair: the role chooses by its variables, this by the machine.
     role = {key.replace("WITHOUT_", "WITH_") for key in _role_build_keys()}
     mine = {key.replace("WITHOUT_", "WITH_") for key in env}
@@ -69,7 +69,7 @@ def test_the_build_sets_what_the_horovod_role_sets_with_nccl_from_the_wheel(tmp_
 
 
 def test_without_nvcc_or_nccl_the_build_has_no_gpu_operations(tmp_path):
-    env = gv.horovod_build_env(context(tmp_path), {}, None, None)
+    env = gv.horovod_build_env(context(tmp_path), None, None)
     assert "HOROVOD_GPU_OPERATIONS" not in env and env["HOROVOD_WITH_PYTORCH"] == "1"
 
 
