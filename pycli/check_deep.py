@@ -229,8 +229,8 @@ def measure_allreduce(pairs: Sequence[tuple[Host, Host]], probe: PairProbe, port
 
 
 def measure_tcp(pairs: Sequence[tuple[Host, Host]], seconds: int) -> list[Link]:
-    """iperf3 over every pair of a round at once: a one-shot server on the second, the client on the first."""
-    started = ssh_each([(server, tcp_server_command()) for _, server in pairs])
+    """iperf3 over every pair of a round at once: a server on the second, the client on the first."""
+    started = ssh_each([(server, tcp_server_command(seconds)) for _, server in pairs])
     links, clients, stops = [], [], []
     for client, server in pairs:
         answer = started[server.name]

@@ -45,26 +45,43 @@ _SERVER_FOLDER = "pycli-iperf3.XXXXXXXX"
 _SERVER_FOLDER_NAME = re.compile(r"pycli-iperf3\.[A-Za-z0-9]{8}")
 
 
-def tcp_server_command() -> str:
-    """Start a one-shot iperf3 server in the background and print its private folder."""
-    server_argv = shlex.join(["iperf3", "-s", "-1", "-D", "-p", str(IPERF3_PORT), "-I"])
+def server_lifetime_s(seconds: int) -> int:
+    """How long a server may live at most: longer than any client waits (60 s plus 6 per second
+    measured), so that one left behind by a killed pycli still frees its port by itself."""
+    return 120 + 6 * seconds
+
+
+def tcp_server_command(seconds: int, port: int = IPERF3_PORT) -> str:
+    """Start an iperf3 server in the background and print its private folder once it listens.
+
+    `iperf3 -D` returns before its child listens, and a one-shot server (`-1`) is gone after a
+    client's first try: the client's retries then met a refused connection and hid the real error.
+    So the server serves every try until the stop line or its lifetime ends, and this line waits
+    (10 s at most) until the port listens; otherwise it prints iperf3's own words and fails."""
+    server_argv = shlex.join(["timeout", str(server_lifetime_s(seconds)), "iperf3", "-s", "-p", str(port)])
+    listening = f'grep -Eq ":{port:04X} [0-9A-F]+:0000 0A" /proc/net/tcp /proc/net/tcp6 2>/dev/null'
     return (f"folder=$(mktemp -d -t {_SERVER_FOLDER}) || exit 1; "
-            f'if {server_argv} "$folder/pid"; then printf "%s\\n" "$folder"; '
-            'else code=$?; rm -rf "$folder"; exit $code; fi')
+            f'setsid {server_argv} -I "$folder/pid" </dev/null >"$folder/log" 2>&1 & server=$!; '
+            "for tick in $(seq 100); do "
+            f'if [ -s "$folder/pid" ] && {listening}; then printf "%s\n" "$folder"; exit 0; fi; '
+            'kill -0 "$server" 2>/dev/null || break; sleep 0.1; done; '
+            'kill "$server" 2>/dev/null; tail -n 3 "$folder/log" >&2; rm -rf "$folder"; '
+            f'echo "iperf3 -s is not listening on port {port}" >&2; exit 1')
 
 
 def tcp_client_command(server_address: str, seconds: int, *, both_ways: bool = False) -> str:
-    """Measure TCP to the server for `seconds` (JSON), retrying while it starts; `both_ways`:
+    """Measure TCP to the server for `seconds` (JSON), retrying five times a second apart; when
+    every try fails, the first try's answer (later ones may only repeat the symptom). `both_ways`:
     both directions at once (--bidir), so a link slow either way shows."""
     client_argv = shlex.join(["iperf3", "-c", server_address, "-p", str(IPERF3_PORT), "-t", str(seconds), "-J",
                               *(["--bidir"] if both_ways else [])])
-    return (f"for attempt in 1 2 3 4 5; do out=$({client_argv} 2>&1) && break; sleep 1; done; "
-            'printf "%s\\n" "$out"')
+    return (f'first=""; for attempt in 1 2 3 4 5; do out=$({client_argv} 2>&1) && break; '
+            'first=${first:-$out}; out=$first; sleep 1; done; printf "%s\n" "$out"')
 
 
 def tcp_commands(server_address: str, seconds: int) -> tuple[str, str]:
-    """(start the one-shot server and print its private folder, run the client with retries)."""
-    return tcp_server_command(), tcp_client_command(server_address, seconds)
+    """(start the server and print its private folder, run the client with retries)."""
+    return tcp_server_command(seconds), tcp_client_command(server_address, seconds)
 
 
 def tcp_stop_command(folder: str) -> str:

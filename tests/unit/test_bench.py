@@ -4,6 +4,7 @@ own loader, workloads run for real on this machine's CPU; no nodes."""
 
 import json
 import math
+import socket
 import subprocess
 import sys
 import textwrap
@@ -17,7 +18,9 @@ from pycli.bench_plan import (
     request_command, skip_reason, training_job,
 )
 from pycli.bench_stats import Estimate, Measurement, CellRun, estimate, measurement_from_records, ratio, summarize
-from pycli.iperf import measure_tcp, parse_iperf3, tcp_commands, tcp_stop_command
+from pycli.iperf import (
+    measure_tcp, parse_iperf3, tcp_client_command, tcp_commands, tcp_server_command, tcp_stop_command,
+)
 from pycli.node_facts import NodeFacts
 from pycli.cluster_model import Cluster, Host, load_cluster
 from pycli.datasets import digits_dataset
@@ -301,7 +304,7 @@ def test_iperf3_json_gives_received_bits_and_errors_are_errors():
 
 def test_iperf3_commands_are_plain_shell_for_ansible():
     start, client = tcp_commands("10.0.0.2", 5)
-    assert "iperf3 -s -1 -D -p 5201 -I" in start and "mktemp -d" in start and "/tmp/" not in start
+    assert "timeout 150 iperf3 -s -p 5201 -I" in start and "mktemp -d" in start and "/tmp/" not in start
     assert "iperf3 -c 10.0.0.2 -p 5201 -t 5 -J" in client
     stop = tcp_stop_command("/tmp/pycli-iperf3.AbC12345")
     assert "kill" in stop and "rm -rf /tmp/pycli-iperf3.AbC12345" in stop
@@ -316,31 +319,88 @@ def test_iperf3_stop_takes_only_a_folder_its_start_made(answer):
         tcp_stop_command(answer)
 
 
-def test_iperf3_server_keeps_its_pidfile_in_a_private_folder_removed_at_stop(tmp_path):
-    """The start and stop lines, run here in bash with a stand-in iperf3 that daemonizes a sleep."""
+# A stand-in iperf3 server as the real one starts: it writes its pidfile, then listens only after
+# a while (or fails to, with iperf3's words, when told the port is taken).
+_STAND_IN_SERVER = """#!/usr/bin/env python3
+import os, socket, sys, time
+args = sys.argv[1:]
+pidfile, port = args[args.index("-I") + 1], int(args[args.index("-p") + 1])
+open(pidfile, "w").write(str(os.getpid()))
+time.sleep(float(os.environ.get("LISTEN_AFTER", "0")))
+if os.environ.get("PORT_TAKEN"):
+    print("iperf3: error - unable to start listener for connections: Address already in use")
+    sys.exit(1)
+server = socket.socket()
+server.bind(("127.0.0.1", port))
+server.listen()
+time.sleep(300)
+"""
+
+
+def _stand_in(tmp_path: Path, script: str) -> dict[str, str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "iperf3"
-    fake.write_text('#!/bin/bash\nwhile [ $# -gt 0 ]; do [ "$1" = -I ] && pidfile=$2; shift; done\n'
-                    'setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! > "$pidfile"\n')
+    fake.write_text(script)
     fake.chmod(0o755)
     temp = tmp_path / "tmp"
     temp.mkdir()
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "TMPDIR": str(temp)}
-    start, _ = tcp_commands("10.0.0.2", 5)
-    started = subprocess.run(["bash", "-c", start], capture_output=True, text=True, env=env, check=True)
+    return {"PATH": f"{bin_dir}:/usr/bin:/bin", "TMPDIR": str(temp)}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _gone(pid: int) -> bool:
+    for _ in range(50):
+        if not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]:
+            return True
+        subprocess.run(["sleep", "0.1"])
+    return False
+
+
+def test_iperf3_server_listens_before_its_start_line_returns_and_its_stop_removes_it(tmp_path):
+    """The start and stop lines, run here in bash; the stand-in listens a second after it starts,
+    as a busy node's server may: the start line returns only once the port takes connections."""
+    env = _stand_in(tmp_path, _STAND_IN_SERVER) | {"LISTEN_AFTER": "1"}
+    port = _free_port()
+    started = subprocess.run(["bash", "-c", tcp_server_command(5, port)], capture_output=True, text=True, env=env, timeout=30)
+    assert started.returncode == 0, started.stderr
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass
     folder = Path(started.stdout.strip().splitlines()[-1])
-    assert folder.parent == temp and (folder.stat().st_mode & 0o777) == 0o700
+    assert folder.parent == tmp_path / "tmp" and (folder.stat().st_mode & 0o777) == 0o700
     pid = int((folder / "pid").read_text())
     assert Path(f"/proc/{pid}").exists()
     subprocess.run(["bash", "-c", tcp_stop_command(str(folder))], env=env, check=True)
-    assert not folder.exists() and list(temp.iterdir()) == []
-    for _ in range(50):
-        if not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]:
-            break
-        subprocess.run(["sleep", "0.1"])
-    else:
-        raise AssertionError("the iperf3 server was not stopped")
+    assert not folder.exists() and list((tmp_path / "tmp").iterdir()) == []
+    assert _gone(pid), "the iperf3 server was not stopped"
+
+
+def test_an_iperf3_server_that_cannot_listen_fails_its_start_line_in_its_own_words(tmp_path):
+    env = _stand_in(tmp_path, _STAND_IN_SERVER) | {"PORT_TAKEN": "1"}
+    port = _free_port()
+    started = subprocess.run(["bash", "-c", tcp_server_command(5, port)], capture_output=True, text=True, env=env, timeout=30)
+    assert started.returncode == 1 and started.stdout == ""
+    assert "Address already in use" in started.stderr and f"not listening on port {port}" in started.stderr
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_an_iperf3_client_whose_tries_all_fail_shows_the_first_failure(tmp_path):
+    """Later tries may only meet the symptom (a refused connection) of what the first one hit."""
+    counter = tmp_path / "tries"
+    client = ('#!/bin/bash\nn=$(( $(cat "$COUNTER" 2>/dev/null || echo 0) + 1 )); echo $n > "$COUNTER"\n'
+              'if [ $n = 1 ]; then echo \'{"error": "unable to receive control message: Connection reset by peer"}\'; '
+              'else echo \'{"error": "unable to connect to server: Connection refused"}\'; fi; exit 1\n')
+    env = _stand_in(tmp_path, client) | {"COUNTER": str(counter)}
+    answered = subprocess.run(["bash", "-c", tcp_client_command("10.0.0.2", 1)], capture_output=True, text=True, env=env,
+                              timeout=30)
+    assert counter.read_text().strip() == "5"
+    with pytest.raises(ValueError, match="Connection reset by peer"):
+        parse_iperf3(answered.stdout)
 
 
 def test_without_iperf3_the_link_is_not_measured_and_no_number_is_made_up(tmp_path):
