@@ -74,9 +74,9 @@ def gates_for(options: CheckOptions) -> tuple[Gate, ...]:
 
 def drain_suspects(cluster: Cluster, suspects: dict[str, str]) -> list[str]:
     """--fence: the nodes the deep gates named go on the drained list, each with its figure."""
-    from pycli.drained import drain
+    from pycli.drained import fence
 
-    return [entry.describe() for node, why in suspects.items() for entry in drain(cluster, [node], f"pycli check --deep: {why}")]
+    return [entry.describe() for entry in fence(cluster, suspects)]
 
 
 def check(cluster: Cluster, options: CheckOptions, *, as_json: bool = False, write: Callable[[str], None] = print) -> int:

@@ -4,15 +4,20 @@
 `$PYCLI_STATE/drained/<inventory name>-<digest of its path>.json`; `pycli undrain NODE` takes
 it back. `train`, `bench` and `hostfile` leave drained nodes out and say so in one line;
 `provision` still provisions them (that is how a node is repaired), and `check` and
-`inventory show` list them.
+`inventory show` list them. `check --deep --fence` puts the nodes its gates name there too.
+
+Every change reads, changes and writes the list back under an exclusive lock (flock on a file
+beside it), so a `pycli drain` beside a `check --fence` never loses the other's entries.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,6 +58,18 @@ def _write(inventory: Path, entries: Sequence[Drained]) -> None:
     os.replace(tmp, path)
 
 
+@contextmanager
+def _changing(inventory: Path) -> Iterator[list[Drained]]:
+    """The drained list to change in place, written back on leaving; one change at a time."""
+    path = drained_file(inventory)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        entries = list(read_drained(inventory))
+        yield entries
+        _write(inventory, entries)
+
+
 def with_drained(cluster: Cluster) -> Cluster:
     """`cluster` with its inventory's drained list (of the hosts it still has)."""
     names = {host.name for host in cluster.hosts}
@@ -68,26 +85,54 @@ def _known(cluster: Cluster, nodes: Sequence[str]) -> None:
         raise BadInput(f"{', '.join(unknown)}: not a host of {cluster.inventory_path} (its hosts: {', '.join(names)})")
 
 
+def _since(now: datetime | None) -> str:
+    return (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _put(entries: list[Drained], node: str, reason: str, since: str) -> Drained:
+    """Put one node on `entries` (a node already there gets the new reason, keeps its time)."""
+    for index, entry in enumerate(entries):
+        if entry.node == node:
+            entries[index] = Drained(node, reason, entry.since)
+            return entries[index]
+    entries.append(Drained(node, reason, since))
+    return entries[-1]
+
+
 def drain(cluster: Cluster, nodes: Sequence[str], reason: str, now: datetime | None = None) -> list[Drained]:
-    """Put `nodes` on the drained list (a node already there gets the new reason, keeps its time)."""
+    """Put `nodes` on the drained list with a person's reason: one line of at most MAX_REASON characters."""
     _known(cluster, nodes)
     reason = " ".join(reason.split())
     if not reason or len(reason) > MAX_REASON:
         raise BadInput(f"--reason: say in one line of at most {MAX_REASON} characters why the node is drained")
-    since = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    entries = {e.node: e for e in read_drained(cluster.inventory_path)}
-    for node in nodes:
-        entries[node] = Drained(node, reason, entries[node].since if node in entries else since)
-    _write(cluster.inventory_path, list(entries.values()))
-    return [entries[node] for node in nodes]
+    with _changing(cluster.inventory_path) as entries:
+        return [_put(entries, node, reason, _since(now)) for node in nodes]
+
+
+FENCE_PREFIX = "pycli check --deep: "
+_FENCE_MORE = "… (all of it in check.json)"
+
+
+def fence_reason(why: str) -> str:
+    """What the drained list keeps of a gate's reason: one line, shortened to MAX_REASON."""
+    reason = FENCE_PREFIX + " ".join(why.split())
+    return reason if len(reason) <= MAX_REASON else reason[:MAX_REASON - len(_FENCE_MORE)].rstrip() + _FENCE_MORE
+
+
+def fence(cluster: Cluster, suspects: Mapping[str, str], now: datetime | None = None) -> list[Drained]:
+    """`check --deep --fence`: every node the gates named goes on the list in one change, each with
+    its gate's reason shortened (the check's report keeps all of it); it never stops half-way."""
+    _known(cluster, list(suspects))
+    with _changing(cluster.inventory_path) as entries:
+        return [_put(entries, node, fence_reason(why), _since(now)) for node, why in suspects.items()]
 
 
 def undrain(cluster: Cluster, nodes: Sequence[str]) -> tuple[list[str], list[str]]:
     """Take `nodes` off the drained list: (taken back, were not drained)."""
     _known(cluster, nodes)
-    entries = read_drained(cluster.inventory_path)
-    drained = {e.node for e in entries}
-    _write(cluster.inventory_path, [e for e in entries if e.node not in nodes])
+    with _changing(cluster.inventory_path) as entries:
+        drained = {e.node for e in entries}
+        entries[:] = [e for e in entries if e.node not in nodes]
     return [n for n in nodes if n in drained], [n for n in nodes if n not in drained]
 
 

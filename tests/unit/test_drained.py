@@ -113,3 +113,55 @@ def test_the_cli_drains_and_every_command_that_places_ranks_says_what_it_left_ou
     back = run_pycli("undrain", "node2", "-i", str(inventory), env=env)
     assert back.returncode == 0 and "undrained node2" in back.stdout
     assert run_pycli("hostfile", str(inventory), env=env).stdout.count("slots=2") == 3
+
+
+def _drain_each(inventory: str, state: str, nodes: list[str], start: float) -> None:
+    """One of two processes draining at once: each node in turn, from the same moment."""
+    import os
+    import time
+
+    os.environ["PYCLI_STATE"] = state
+    cluster = load_cluster(Path(inventory))
+    while time.time() < start:
+        time.sleep(0.001)
+    for node in nodes:
+        drain(cluster, [node], f"drained by pid {os.getpid()}")
+
+
+def test_two_drains_at_once_both_keep_their_nodes(state, tmp_path):
+    """A `pycli drain` beside a `check --fence`: each reads, changes and writes the list back; without a
+    lock one side's entries are lost."""
+    import multiprocessing
+    import time
+
+    names = [f"node{i}" for i in range(1, 121)]
+    inventory = tmp_path / "big.ini"
+    inventory.write_text("[nodes]\n" + "".join(f"{n} ansible_host=10.9.{i // 200}.{i % 200 + 1}\n" for i, n in enumerate(names)))
+    start = time.time() + 1.0
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_drain_each, args=(str(inventory), str(state), half, start))
+               for half in (names[0::2], names[1::2])]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+        assert worker.exitcode == 0
+    assert sorted(e.node for e in read_drained(inventory)) == sorted(names)
+
+
+def test_fencing_drains_every_suspect_even_with_a_reason_longer_than_a_person_may_type(state, inventory):
+    """A DCGM result with two warnings makes a reason over MAX_REASON: what is stored is shortened
+    (check.json keeps all of it), and no suspect is left undrained."""
+    from pycli.drained import MAX_REASON, fence
+
+    long_why = ("dcgmi diag: Warning: PCIe replay count 12 above the threshold on GPU 0; "
+                "Warning: a GPU's memory bandwidth 1.2 TB/s is below 80% of the expected on GPU 3; " * 2)
+    fenced = fence(loaded(inventory), {"node1": long_why, "node2": "every link at most 40% of the median link"})
+    assert [e.node for e in fenced] == ["node1", "node2"]
+    kept = {e.node: e.reason for e in read_drained(inventory)}
+    assert set(kept) == {"node1", "node2"}
+    assert len(kept["node1"]) <= MAX_REASON and kept["node1"].startswith("pycli check --deep: dcgmi diag: Warning")
+    assert kept["node1"].endswith("(all of it in check.json)")
+    assert kept["node2"] == "pycli check --deep: every link at most 40% of the median link"
+    with pytest.raises(BadInput, match="--reason"):  # a person's own reason is still held to one short line
+        drain(loaded(inventory), ["node3"], long_why)
