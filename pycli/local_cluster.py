@@ -254,8 +254,10 @@ def _create(client, plan: ClusterPlan, tag: str, secrets: Path, inventory: Path,
     containers: list[tuple[NodePlan, Container]] = []
     for node in plan.nodes:
         host_config = client.api.create_host_config(
-            # SYS_ADMIN for systemd; NET_ADMIN so a test can slow a node's link (tc), as a bad cable would.
-            cap_add=["SYS_ADMIN", "NET_ADMIN"],
+            # SYS_ADMIN for systemd; NET_ADMIN so a test can slow a node's link (tc), as a bad cable would;
+            # SYS_PTRACE because Docker's seccomp profile refuses process_vm_readv without it, and Open MPI's
+            # shared-memory single copy (CMA) between a node's ranks needs that call, as on a server.
+            cap_add=["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE"],
             binds=["/sys/fs/cgroup:/sys/fs/cgroup:rw"],
             cgroupns="host",
             tmpfs={"/run": "", "/run/lock": ""},
