@@ -6,7 +6,10 @@ real, recorded output in tests/fixtures/recorded):
 - `nvidia-smi -q`: per GPU, the uncorrectable ECC errors since the last reset, pending page
   retirements and row remaps, a failed row remap, a reset the driver asks for, and the clock
   event (throttle) reasons that are slowdowns (thermal, power brake);
-- the kernel log of this boot: the driver's `NVRM: Xid` reports, the hardware ones named;
+- the kernel log of this boot: the driver's `NVRM: Xid` reports, counted over the whole boot
+  per device and code, the hardware ones named. A log the login user cannot read is named too:
+  the gate fails without naming the node a suspect (nothing is known against it, so `--fence`
+  leaves it), because a pass would vouch for Xids nobody looked at;
 - `dcgmi diag -r LEVEL -j` where DCGM is installed (role dcgm): every test that did not pass,
   with DCGM's own words. DCGM 3 nests the results under "DCGM GPU Diagnostic", DCGM 4 under
   "DCGM Diagnostic"; both group tests in categories, and both are read.
@@ -35,9 +38,18 @@ def health_command(dcgm_level: int) -> str:
         f"if ! command -v nvidia-smi >/dev/null 2>&1; then echo '{MARK} none'; exit 0; fi",
         f"echo '{MARK} nvidia-smi'; nvidia-smi -q; echo \"{MARK} rc $?\"",
         f"echo '{MARK} xid'",
-        # This boot's kernel log: root's journal, else the login user's view of it, else dmesg.
-        "{ sudo -n journalctl -k -b -o cat --no-pager 2>/dev/null || journalctl -k -b -o cat --no-pager 2>/dev/null"
-        " || dmesg 2>/dev/null; } | grep -F 'NVRM: Xid' | tail -n 500",
+        # This boot's whole kernel log, reduced on the node to one line per device and Xid code
+        # ("COUNT<tab>its latest line", parse_xids), so that no flood of one Xid hides another.
+        # A source that gave no line at all was not read (journalctl -k exits 0 with nothing for a
+        # user outside adm/systemd-journal): the next is tried, and when none gave a line the
+        # section ends with rc 1 after the last one's complaint (dmesg with dmesg_restrict=1).
+        "xids() { awk '/^-- / { next } { n++ } match($0, /NVRM: Xid \\([^)]*\\): [0-9]+/) {"
+        " k = substr($0, RSTART, RLENGTH); if (!(k in c)) o[++m] = k; c[k]++; l[k] = $0 }"
+        " END { if (!n) exit 1; for (i = 1; i <= m; i++) print c[o[i]] \"\\t\" l[o[i]] }'; }",
+        "{ sudo -n journalctl -q -k -b -o cat --no-pager 2>/dev/null | xids"
+        " || journalctl -q -k -b -o cat --no-pager 2>/dev/null | xids"
+        " || sudo -n dmesg 2>/dev/null | xids || dmesg | xids; } 2>&1",
+        f"echo \"{MARK} rc $?\"",
     ]
     if dcgm_level:
         timeout = DCGM_TIMEOUT_S[dcgm_level]
@@ -88,10 +100,11 @@ class NodeGpuHealth:
     diag: DiagReport | None = None
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    unread: list[str] = field(default_factory=list)  # what the probe could not read: unknown, not healthy
 
     def as_json(self) -> dict:
-        return {"gpus": len(self.gpus), "problems": self.problems, "notes": self.notes,
-                "xids": [{"device": x.device, "code": x.code, "detail": x.detail} for x in self.xids],
+        return {"gpus": len(self.gpus), "problems": self.problems, "notes": self.notes, "unread": self.unread,
+                "xids": [{"device": x.device, "code": x.code, "count": x.count, "detail": x.detail} for x in self.xids],
                 "dcgm": None if self.diag is None else {
                     "version": self.diag.version, "results": len(self.diag.results),
                     "not_passed": [r.describe() for r in self.diag.results if not r.passed]}}
@@ -110,10 +123,16 @@ def evaluate_node(name: str, sections: Mapping[str, Section], dcgm_level: int) -
     for gpu in node.gpus:
         node.problems += [f"{gpu.label}: {problem}" for problem in gpu.problems()]
         node.notes += [f"{gpu.label}: {note}" for note in gpu.notes()]
-    node.xids = parse_xids(sections.get("xid", Section("")).text)
+    xid = sections.get("xid")
+    if xid is None or xid.rc != 0:
+        said = [line.strip() for line in (xid.text if xid else "").splitlines() if line.strip()]
+        why = said[-1] if said else "the probe printed no kernel log section" if xid is None else "no line"
+        node.unread.append(f"the kernel log could not be read ({why}): its Xids are unknown")
+    node.xids = parse_xids(xid.text) if xid is not None else []
     for code in sorted({xid.code for xid in node.xids}):
         seen = [xid for xid in node.xids if xid.code == code]
-        line = f"Xid {code} x{len(seen)} this boot ({seen[-1].device}: {seen[-1].detail or 'no detail'})"
+        count = sum(xid.count for xid in seen)
+        line = f"Xid {code} x{count} this boot ({seen[-1].device}: {seen[-1].detail or 'no detail'})"
         (node.problems if seen[0].hardware else node.notes).append(
             line if not seen[0].hardware else f"{line}: {seen[0].hardware}")
     if dcgm_level and "dcgmi" not in sections:
@@ -144,11 +163,18 @@ def evaluate_gpu_health(nodes: Sequence[NodeGpuHealth], unanswered: Mapping[str,
     dcgm = f"dcgmi diag -r {dcgm_level} on {with_dcgm}" if dcgm_level else "no dcgmi diag (--dcgm-level 0)"
     figure = f"{gpus} GPUs on {len(nodes)} nodes: ECC, row remapping, clock events, Xids; {dcgm}"
     sick = {node.name: node.problems for node in nodes if node.problems}
-    if not sick:
+    unread = {node.name: node.unread for node in nodes if node.unread}
+    if not sick and not unread:
         return passed("gpu_health", figure), {}
-    message = "; ".join(f"{name}: {', '.join(problems)}" for name, problems in sick.items())
-    return (failed("gpu_health", f"{message}. Drain the node and have its GPUs looked at", figure),
-            {name: problems[0] for name, problems in sick.items()})
+    messages = []
+    if sick:
+        named = "; ".join(f"{name}: {', '.join(problems)}" for name, problems in sick.items())
+        messages.append(f"{named}. Drain the node and have its GPUs looked at")
+    if unread:
+        named = "; ".join(f"{name}: {', '.join(what)}" for name, what in unread.items())
+        messages.append(f"{named}. Let the login user read the kernel log: add it to group adm or systemd-journal, "
+                        "or allow it `sudo -n journalctl`")
+    return failed("gpu_health", ". ".join(messages), figure), {name: problems[0] for name, problems in sick.items()}
 
 
 def gate_gpu_health(ctx: CheckContext) -> GateResult:

@@ -183,13 +183,15 @@ def parse_nvidia_smi_q(text: str) -> list[GpuState]:
 # --- kernel log: Xid --------------------------------------------------------------------------
 
 _XID = re.compile(r"NVRM: Xid \((?P<device>[^)]*)\): (?P<code>\d+)(?:, (?P<detail>.*))?")
+_COUNTED = re.compile(r"^(?P<count>\d+)\s+(?=\S)")
 
 
 @dataclass(frozen=True)
 class Xid:
     device: str
     code: int
-    detail: str
+    detail: str  # of the latest report
+    count: int = 1  # reports of this code from this device
 
     @property
     def hardware(self) -> str | None:
@@ -197,8 +199,14 @@ class Xid:
 
 
 def parse_xids(text: str) -> list[Xid]:
-    return [Xid(m["device"], int(m["code"]), (m["detail"] or "").strip())
-            for m in (_XID.search(line) for line in text.splitlines()) if m]
+    """Kernel log lines, or the GPU health probe's "COUNT<tab>latest line" per device and code."""
+    xids = []
+    for line in text.splitlines():
+        if match := _XID.search(line):
+            counted = _COUNTED.match(line)
+            xids.append(Xid(match["device"], int(match["code"]), (match["detail"] or "").strip(),
+                            int(counted["count"]) if counted else 1))
+    return xids
 
 
 # --- dcgmi diag -j ----------------------------------------------------------------------------

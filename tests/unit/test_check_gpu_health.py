@@ -138,7 +138,7 @@ def test_output_without_results_is_an_error_never_a_pass(text):
 
 
 def _sections(smi: str, xid: str = "", dcgmi: tuple[str, int] | None = None) -> dict[str, Section]:
-    found = {"nvidia-smi": Section(smi, 0), "xid": Section(xid)}
+    found = {"nvidia-smi": Section(smi, 0), "xid": Section(xid, 0)}
     if dcgmi is not None:
         found["dcgmi"] = Section(*dcgmi)
     return found
@@ -211,6 +211,80 @@ def test_the_probe_splits_what_each_tool_printed_with_its_exit_status(tmp_path):
     (bin_dir / "nvidia-smi").unlink()
     assert split_sections(_run(health_command(1), path)) == {"none": Section("")}
     assert MARK in health_command(1)
+
+
+# What an unprivileged login user meets: dmesg with dmesg_restrict=1 says this and exits 1 (run as
+# nobody on this project's Debian 12 test machine, 2026-11-26, where journalctl -k also printed
+# nothing and exited 0); journalctl -k outside adm/systemd-journal exits 0 with no kernel line and
+# systemd's hint on stderr.
+NO_SUDO = "echo 'sudo: a password is required' >&2; exit 1\n"
+DMESG_DENIED = "echo 'dmesg: read kernel buffer failed: Operation not permitted' >&2; exit 1\n"
+JOURNAL_HINT = ("echo 'Hint: You are currently not seeing messages from other users and the system.' >&2; "
+                "echo \"      Users in groups 'adm', 'systemd-journal' can see all messages.\" >&2; ")
+
+
+def _probe_node(tmp_path: Path, journalctl: str, dmesg: str, sudo: str = NO_SUDO) -> tuple[dict[str, Section], str]:
+    """health_command run by bash against stand-in tools, stderr merged into stdout as under ssh -tt."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _tool(bin_dir, "nvidia-smi", f"cat {RECORDED / 'nvidia-smi-q-h200-580.txt'}\n")
+    _tool(bin_dir, "sudo", sudo)
+    _tool(bin_dir, "journalctl", journalctl)
+    _tool(bin_dir, "dmesg", dmesg)
+    out = subprocess.run(["bash", "-c", health_command(0)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         check=True, env={**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}).stdout
+    return split_sections(out.replace("\n", "\r\n")), out
+
+
+@pytest.mark.parametrize("journal", ["echo '-- No entries --'\n", "\n"], ids=["no-entries", "nothing"])
+def test_a_kernel_log_the_login_user_cannot_read_fails_the_gate_without_draining_the_node(tmp_path, journal):
+    sections, out = _probe_node(tmp_path, JOURNAL_HINT + journal, DMESG_DENIED)
+    node = evaluate_node("gpu1", sections, 0)
+    assert node.problems == [] and node.xids == []
+    assert node.unread == ["the kernel log could not be read (dmesg: read kernel buffer failed: Operation not permitted): "
+                           "its Xids are unknown"], out
+    result, suspects = evaluate_gpu_health([node], {}, 0)
+    assert result.status == FAIL and suspects == {}  # nothing is known against the node: --fence leaves it
+    assert result.message.startswith("gpu1: the kernel log could not be read (dmesg: read kernel buffer failed")
+    assert "group adm or systemd-journal" in result.message
+    assert node.as_json()["unread"] == node.unread
+
+
+def _xid(code: int, pid: int, detail: str, device: str = "PCI:0000:3b:00") -> str:
+    return f"NVRM: Xid ({device}): {code}, pid={pid}, {detail}"
+
+
+def test_a_hardware_xid_before_a_flood_of_program_xids_is_counted_over_the_whole_boot(tmp_path):
+    log = tmp_path / "kernel.log"
+    lines = ["Linux version 6.8.0", _xid(79, 1234, "GPU has fallen off the bus."), _xid(48, 1234, "DBE (0x1,0x2).")]
+    lines += [_xid(13, 2000 + i, "Graphics Exception: ESR 0x404600=0x80000002", "PCI:0000:10:1c") for i in range(600)]
+    lines += [_xid(31, 3000 + i, "Ch 00000008, intr 00000000. MMU Fault") for i in range(300)] + ["eth0: link up"]
+    log.write_text("\n".join(lines) + "\n")
+    sections, out = _probe_node(tmp_path, JOURNAL_HINT + f"cat {log}\n", DMESG_DENIED)
+    assert len(sections["xid"].text.splitlines()) == 4, out  # a count per device and code comes back, not the flood
+    node = evaluate_node("gpu1", sections, 0)
+    assert node.unread == []
+    assert node.problems == [
+        "Xid 48 x1 this boot (PCI:0000:3b:00: pid=1234, DBE (0x1,0x2).): double-bit ECC error",
+        "Xid 79 x1 this boot (PCI:0000:3b:00: pid=1234, GPU has fallen off the bus.): GPU has fallen off the bus"]
+    assert node.notes == ["Xid 13 x600 this boot (PCI:0000:10:1c: pid=2599, Graphics Exception: ESR 0x404600=0x80000002)",
+                          "Xid 31 x300 this boot (PCI:0000:3b:00: pid=3299, Ch 00000008, intr 00000000. MMU Fault)"]
+    result, suspects = evaluate_gpu_health([node], {}, 0)
+    assert result.status == FAIL and list(suspects) == ["gpu1"]
+
+
+def test_an_empty_journal_falls_back_to_dmesg_and_the_h200s_boot_log_passes(tmp_path):
+    """A journal that holds no kernel line (journald not reading it) is not read as a clean log: dmesg is."""
+    sections, out = _probe_node(tmp_path, "echo '-- No entries --'\n", f"cat {RECORDED / 'kernel-log-h200-580.txt'}\n")
+    node = evaluate_node("gpu1", sections, 0)
+    assert sections["xid"] == Section("", 0), out
+    assert node.unread == [] and node.problems == []
+    assert evaluate_gpu_health([node], {}, 0)[0].status == PASS
+
+
+def test_a_probe_output_cut_before_the_kernel_log_is_not_a_pass():
+    node = evaluate_node("gpu1", {"nvidia-smi": Section(recorded("nvidia-smi-q-h200-580.txt"), 0)}, 0)
+    assert node.unread == ["the kernel log could not be read (the probe printed no kernel log section): its Xids are unknown"]
 
 
 # --- A real H200, read on a machine lent to this project (2026-11-26) -------------------------
