@@ -4,14 +4,16 @@ Commands build a `RunRequest` (pure data, unit-tested), and `run()` hands it to
 ansible-runner with the project's ansible.cfg, collecting per-host results from the
 event stream. Artifacts (events as JSON, stdout) stay in the run folder, which keeps no
 secret: ansible-runner records the environment and command line it ran with there, so
-Ansible gets only the allow-listed part of the controller's environment, and the extra
-vars go by a private file outside the folder, removed after the run.
+Ansible gets only the allow-listed part of the controller's environment, the extra
+vars go by a private file outside the folder, removed after the run, and so do the real
+values of the variables that hold credentials in a URL (the folder records them masked).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import sys
@@ -32,6 +34,23 @@ ENV_ALLOWED = (
     "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR",
     "PIP_",  # the cache stage runs `pip download` on the controller (a mirror, its CA)
 )
+
+# The credentials of a URL wherever one appears in a value: "user:password@" or a lone "token@"
+# between the scheme and the host (the last "@" there, should a password hold an unquoted one).
+_URL_CREDENTIALS = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)([^/?#\s]*)@")
+
+
+def mask_url_credentials(text: str) -> str:
+    """`text` with the password of every URL in it, or its lone token, replaced by "***"
+    (`http://bob:***@proxy:3128`, `https://***@mirror/simple`): what a run folder may record
+    of an environment variable or a command line."""
+
+    def masked(match: re.Match[str]) -> str:
+        user, colon, _ = match[2].partition(":")
+        return f"{match[1]}{user + ':' if colon else ''}***@"
+
+    return _URL_CREDENTIALS.sub(masked, text)
+
 
 # Forks per controller core when pycli picks the number itself. An Ansible fork spends nearly
 # all its time waiting: on SSH round trips and on the module running on the node, not on the
@@ -119,6 +138,9 @@ class RunRequest:
             "inventory": str(self.inventory.resolve()),
             "envvars": runner_env(),
             "suppress_env_files": True,  # else env/envvars, env/cmdline... are written into run_dir
+            # Else ansible-runner keeps every host's facts in run_dir (a local host's ansible_env: the
+            # controller's environment, real values and all), over ansible.cfg's fact_caching = memory.
+            "fact_cache_type": "memory",
             "quiet": self.verbosity == 0,
             "verbosity": self.verbosity or None,
         }
@@ -157,6 +179,20 @@ def confine_env(env: Mapping[str, str], controller: Mapping[str, str] = os.envir
         return any(name.startswith(entry) if entry.endswith("_") else name == entry for entry in ENV_ALLOWED)
 
     return {name: value for name, value in env.items() if allowed(name) or controller.get(name) != value}
+
+
+def _hide_credentials(command: list[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str], Path | None]:
+    """`command` and `env` as the run folder may record them: the variables holding credentials
+    in a URL masked, their real values in a private file (0600, outside the folder; None when
+    none does) that a shell sources before it execs `command`. The caller removes the file."""
+    masked = {name: mask_url_credentials(value) for name, value in env.items()}
+    hidden = {name: value for name, value in env.items() if masked[name] != value}
+    if not hidden:
+        return command, masked, None
+    fd, name = tempfile.mkstemp(prefix="pycli-env-", suffix=".sh")
+    with os.fdopen(fd, "w") as stream:
+        stream.write("".join(f"export {key}={shlex.quote(value)}\n" for key, value in hidden.items()))
+    return ["/bin/sh", "-c", '. "$0" && exec "$@"', name, *command], masked, Path(name)
 
 
 @dataclass
@@ -299,7 +335,7 @@ def run(
         previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
         cancel = interrupted.is_set
     stop = _Cancel(cancel) if cancel is not None else None
-    extravars_file = None
+    extravars_file = env_file = None
     if request.extravars:
         fd, name = tempfile.mkstemp(prefix="pycli-extravars-", suffix=".json")  # 0600
         extravars_file = Path(name)
@@ -307,15 +343,18 @@ def run(
             json.dump(dict(request.extravars), stream)
     try:
         outcome = init_runner(event_handler=handler, cancel_callback=stop, **request.runner_kwargs(run_dir, extravars_file))
-        # ansible-runner seeds the job's environment with all of os.environ (and records it
-        # in artifacts/<ident>/command); this is the one point between preparing and running.
-        outcome.config.env = confine_env(outcome.config.env)
+        # ansible-runner seeds the job's environment with all of os.environ (and records it,
+        # with the command, in artifacts/<ident>/command); this is the one point between
+        # preparing and running.
+        outcome.config.command, outcome.config.env, env_file = _hide_credentials(
+            outcome.config.command, confine_env(outcome.config.env))
         outcome.run()
     finally:
         if own_sigint:
             signal.signal(signal.SIGINT, previous)
-        if extravars_file is not None:
-            extravars_file.unlink(missing_ok=True)
+        for private in (extravars_file, env_file):
+            if private is not None:
+                private.unlink(missing_ok=True)
     if interrupted.is_set():
         raise KeyboardInterrupt
     # Ansible that ended by itself on SIGINT reports a failure: the run was still cancelled.

@@ -5,6 +5,8 @@ few seconds each): ansible-runner writes the environment and command line it use
 run folder, so only a real run shows what lands there.
 """
 
+import hashlib
+import json
 import os
 import stat
 import sys
@@ -16,7 +18,7 @@ import pytest
 from pycli import containers, runner
 from pycli.cluster_model import Host
 from pycli.paths import PROJECT_ROOT, new_run_dir
-from pycli.runner import RunRequest, confine_env
+from pycli.runner import RunRequest, confine_env, mask_url_credentials
 
 CONTROLLER_SECRET = "fake-secret-1234"
 EXTRA_SECRET = "extra-secret-5678"
@@ -104,3 +106,46 @@ def test_docker_opt_env_values_stay_out_of_the_run_folder(tmp_path, monkeypatch)
     result = runner.run(request, tmp_path / "run")
     assert result.status == "successful", result.hosts
     assert not _files_holding(tmp_path / "run", DOCKER_SECRET)
+
+
+# Credentials in the URLs of variables ENV_ALLOWED passes (a mirror's token, a proxy's password).
+URL_SECRETS = {
+    "PIP_INDEX_URL": ("https://user:s3cret-index@pypi.example/simple", "s3cret-index"),
+    "PIP_EXTRA_INDEX_URL": ("https://__token__:tok-extra-4711@one.example/simple https://tok-bare-0815@two.example/simple",
+                            "tok-extra-4711", "tok-bare-0815"),
+    "https_proxy": ("http://bob:hunter2-proxy@proxy:3128", "hunter2-proxy"),
+}
+
+
+@pytest.mark.slow_ansible
+def test_credentials_in_urls_reach_ansible_but_not_the_run_folder(tmp_path, monkeypatch):
+    checks = []
+    for name, (value, *_) in URL_SECRETS.items():
+        monkeypatch.setenv(name, value)
+        # The play compares digests, so neither it nor its events hold a secret.
+        checks.append(f"lookup('env', '{name}') | hash('sha256') == '{hashlib.sha256(value.encode()).hexdigest()}'")
+    playbook = tmp_path / "env.yml"
+    playbook.write_text(
+        # Facts too: a local host's ansible_env is the controller's environment, real values and all.
+        "- hosts: nodes\n  gather_facts: true\n  tasks:\n"
+        "    - ansible.builtin.assert:\n        that:\n" + "".join(f"          - \"{check}\"\n" for check in checks)
+        + "    - ansible.builtin.shell: test \"$(printf %s \"$https_proxy\" | sha256sum | cut -d' ' -f1)\" = "
+        + hashlib.sha256(URL_SECRETS["https_proxy"][0].encode()).hexdigest() + "\n"
+    )
+    run_dir = tmp_path / "run"
+    result = runner.run(RunRequest(inventory=_local_inventory(tmp_path), playbook=playbook), run_dir)
+    assert result.status == "successful" and result.hosts["node1"].ok == 3, result.hosts
+    secrets = [secret for _, *found in URL_SECRETS.values() for secret in found]
+    assert not _files_holding(run_dir, *secrets)
+    command = json.loads(next(run_dir.glob("artifacts/*/command")).read_text())
+    assert command["env"]["https_proxy"] == "http://bob:***@proxy:3128"  # recorded, masked
+    assert not list(Path(tempfile.gettempdir()).glob("pycli-env-*"))
+
+
+def test_masking_hides_the_password_or_the_lone_token_of_every_url():
+    assert mask_url_credentials("http://bob:hunter2@proxy:3128") == "http://bob:***@proxy:3128"
+    assert mask_url_credentials("https://tok@a.example/simple https://u:p@b.example/x?y=1") == (
+        "https://***@a.example/simple https://u:***@b.example/x?y=1")
+    assert mask_url_credentials("http://bob:p@ss@proxy/") == "http://bob:***@proxy/"  # an unquoted @ in the password
+    for plain in ("http://proxy:3128", "/usr/bin:/bin", "mail me at a@b.example", "localhost,.example,10.0.0.0/8", ""):
+        assert mask_url_credentials(plain) == plain
