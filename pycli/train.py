@@ -252,6 +252,14 @@ def layout_of(cluster: Cluster) -> NodeLayout:
     return NodeLayout.from_settings(cluster.settings)
 
 
+def job_record(plan: JobPlan) -> str:
+    """The run folder's job.txt: the job, its hosts, and the line each launching node runs, the
+    credentials of any URL in them (an --env proxy's password) masked."""
+    lines = [f"job {plan.job_id}", f"hosts {','.join(h.name for h in plan.hosts)}",
+             *(f"{host.name}: {line}" for host, line in launch_commands(plan))]
+    return "".join(runner.mask_url_credentials(line) + "\n" for line in lines)
+
+
 def run_job(
     cluster: Cluster,
     request: JobRequest,
@@ -291,10 +299,7 @@ def run_job(
     finally:
         if container_files is not None:
             containers.forget_private_keys(container_files)
-    (run_dir / "job.txt").write_text(
-        f"job {plan.job_id}\nhosts {','.join(h.name for h in plan.hosts)}\n"
-        + "".join(f"{host.name}: {line}\n" for host, line in launch_commands(plan))
-    )
+    (run_dir / "job.txt").write_text(job_record(plan))
     try:
         if container is not None:
             up = time.monotonic()

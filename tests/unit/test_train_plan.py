@@ -15,7 +15,7 @@ from pycli.job_files import content_digest, stage_items
 from pycli.launch_lines import JobPlan, NodeLayout, launch_commands, remote_data_dir, workload_args
 from pycli.paths import WORKLOADS_DIR
 from pycli.nodes import ssh_argv
-from pycli.train import JobRequest, plan_job, read_metrics
+from pycli.train import JobRequest, job_record, plan_job, read_metrics
 
 # A small folder of files standing in for a dataset (plan_job names data by its content).
 DATA = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
@@ -329,3 +329,11 @@ def test_the_plan_carries_the_request_whole_and_frozen():
     assert not asked & {f.name for f in fields(JobPlan)}  # only what planning decides sits beside the request
     argv = only_line(p)[1]
     assert "--mpi" in argv and argv[-2:] == ["--epochs", "2"] and "--autotune" in argv
+
+
+def test_job_txt_records_the_launch_line_with_url_credentials_masked():
+    p = plan(env=("HTTPS_PROXY=http://bob:hunter2@proxy:3128", "HF_ENDPOINT=https://tok-0815@hub.example"))
+    record = job_record(p)
+    assert "hunter2" not in record and "tok-0815" not in record
+    assert "HTTPS_PROXY=http://bob:***@proxy:3128" in record and "HF_ENDPOINT=https://***@hub.example" in record
+    assert "hunter2" in launch_commands(p)[0][1]  # the node itself runs the real value
