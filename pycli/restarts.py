@@ -5,7 +5,10 @@ without it: pycli.nodes.node_argv), whether it still answers and which epoch its
 checkpoint holds (the first rank of every node writes one, workloads/wl_loop.py). The job
 starts again on the hosts that answered, as many ranks as their slots allow up to the job's
 --np and not fewer than --min-np, from the checkpoint on the node that is rank 0 now:
-nothing goes through the controller.
+nothing goes through the controller. Rank 0 reads it and sends it to every rank (the built-in
+workloads, wl_loop.rank0_start, as torchrun's elastic starts do), so a failure during a save
+that left the nodes' copies at different epochs does not split the ranks; the restart's line
+names the copies that differ.
 """
 
 from __future__ import annotations
@@ -33,9 +36,15 @@ class Restart:
     epoch: int  # the epoch the checkpoint on the new rank 0 finished; 0: from the start
     lost: tuple[str, ...]  # hosts that did not answer
     answering: tuple[Host, ...]  # every host of the failed attempt that answered (its strays are swept)
+    differing: tuple[tuple[str, int], ...] = ()  # (host, epoch; 0: none) where its copy is not rank 0's epoch
 
     def line(self, number: int, most: int, why: str) -> str:
-        start = f"from epoch {self.epoch + 1} (checkpoint on {self.plan.rank0.name})" if self.epoch else "from the start"
+        rank0 = self.plan.rank0.name
+        others = ", ".join(f"{name}'s copy holds {f'epoch {epoch}' if epoch else 'none'}" for name, epoch in self.differing)
+        if self.epoch:
+            start = f"from epoch {self.epoch + 1} (checkpoint on {rank0}{', sent to every rank: ' + others if others else ''})"
+        else:
+            start = f"from the start{f' (no checkpoint on {rank0}; {others})' if others else ''}"
         gone = f"; {', '.join(self.lost)} left out (no answer)" if self.lost else ""
         return (f"pycli: restart {number} of {most}: {why or 'the job failed'}; going on {start} with "
                 f"{self.plan.np} rank(s) on {', '.join(h.name for h in self.plan.hosts)}{gone}")
@@ -62,9 +71,11 @@ def plan_restart(plan: JobPlan) -> Restart | str:
         return f"{slots} slot(s) answer, fewer than --min-np {min_np} ({said})"
     np = min(wanted_np, slots)
     hosts = fill_hosts(alive, np)
-    epoch = _epoch(answers[hosts[0].name].stdout) or 0
+    epochs = {h.name: _epoch(answers[h.name].stdout) or 0 for h in hosts}
+    epoch = epochs[hosts[0].name]
+    differing = tuple((h.name, epochs[h.name]) for h in hosts if epochs[h.name] != epoch)
     resume = checkpoint_path(plan) if epoch else None
     elastic_min_np = None if plan.elastic_min_np is None else min(plan.elastic_min_np, np)
     return Restart(replace(plan, hosts=hosts, np=np, resume=None, resume_on_node=resume, elastic_min_np=elastic_min_np),
-                   epoch, lost, alive)
+                   epoch, lost, alive, differing)
 

@@ -20,15 +20,15 @@ from __future__ import annotations
 import os
 
 from wl_checkpoint import load_checkpoint
-from wl_errors import WorkloadError
-from wl_loop import Training
-from wl_metrics import Metrics
+from wl_loop import Training, rank0_start
 
 
 def train_elastic(comm, args) -> dict:
     """Train as wl_loop.train does, through ranks leaving and joining; the last epoch's metrics."""
     hvd = comm.hvd
-    run = Training(comm, args)
+    # Each rank reads its own copy of --resume: the state's sync in hvd.elastic.run sends rank 0's
+    # to all. A collective out here would meet the ranks that join later inside their sync.
+    run = Training(comm, args, load_checkpoint(args.resume) if args.resume else None)
     # The metrics records are state too: a rollback drops those of the epoch done again, and a
     # rank that joins gets them all, so every node's copy of the metrics file is whole.
     state = hvd.elastic.TorchState(model=run.model, optimizer=run.optimizer, epoch=run.start_epoch,
@@ -55,23 +55,10 @@ def train_elastic(comm, args) -> dict:
     return epochs(state)
 
 
-def _rank0_start(args) -> tuple[dict | None, list[dict]] | str:
-    """On rank 0: the checkpoint to go on from (this job's own after a failure, else --resume)
-    and the metrics records up to its epoch; or why it cannot be read."""
-    source = args.checkpoint if args.checkpoint and args.checkpoint.is_file() else args.resume
-    try:
-        state = load_checkpoint(source) if source else None
-    except WorkloadError as exc:
-        return str(exc)
-    return state, Metrics(args.metrics, 0).read(int(state["epoch"]) if state else 0)
-
-
 def train_restartable(comm, args) -> dict:
     """Under torchrun's elastic agents: go on from rank 0's checkpoint; the last epoch's metrics."""
-    start = comm.broadcast_object(_rank0_start(args) if comm.rank == 0 else None)
-    if isinstance(start, str):  # every rank stops on rank 0's error, none waits for the others
-        raise WorkloadError(start)
-    state, records = start
+    source = args.checkpoint if args.checkpoint and args.checkpoint.is_file() else args.resume  # this job's own, else --resume
+    state, records = rank0_start(comm, args, source)
     run = Training(comm, args, state)
     if comm.local_rank == 0:
         run.metrics.write_all(records)

@@ -61,6 +61,12 @@ class HorovodComm:
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         self.hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
+    def broadcast_object(self, value):
+        """Rank 0's `value` (any picklable object, tensors too) on every rank."""
+        # Named: Horovod matches collectives by name, and its default is the type of the value,
+        # which differs between rank 0 and the ranks that pass None.
+        return self.hvd.broadcast_object(value, root_rank=0, name="pycli.object")
+
     def step(self, optimizer, scaler) -> None:
         if scaler is None:
             optimizer.step()
@@ -119,13 +125,13 @@ class TorchComm:
         device = next(model.parameters()).device
         self.device = device
         ids = [device.index] if device.type == "cuda" else None
-        # DDP broadcasts rank 0's parameters when it wraps the model; optimizer state comes
-        # from the same checkpoint file on every rank.
+        # DDP broadcasts rank 0's parameters when it wraps the model; a checkpoint loaded after
+        # that is rank 0's on every rank (wl_loop.rank0_start).
         return DistributedDataParallel(model, device_ids=ids), optimizer
 
     def broadcast_state(self, model: nn.Module, optimizer) -> None:
         """DDP broadcast rank 0's weights when it wrapped the model; after --resume every rank
-        loaded the same checkpoint file, so there is nothing left to send."""
+        loaded the checkpoint rank 0 sent (wl_loop.rank0_start), so there is nothing left to send."""
 
     def broadcast_object(self, value):
         """Rank 0's `value` (any picklable object, tensors too) on every rank."""

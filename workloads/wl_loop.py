@@ -32,7 +32,7 @@ def add_training_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float, default=0.05, help="for one process; see --auto-scale-lr")
     parser.add_argument("--auto-scale-lr", action="store_true", help="multiply the LR by the number of processes")
     parser.add_argument("--amp", action="store_true", help="bf16 autocast on CPU, fp16 + GradScaler on CUDA")
-    parser.add_argument("--resume", type=Path, help="checkpoint to continue from")
+    parser.add_argument("--resume", type=Path, help="checkpoint to continue from (read on rank 0, sent to every rank)")
     parser.add_argument("--checkpoint", type=Path, default=Path("checkpoints/last.pt"),
                         help="written after each epoch by the first rank of every node")
     parser.add_argument("--metrics", type=Path, default=Path("metrics.jsonl"), help="JSON lines, one per epoch (rank 0)")
@@ -51,8 +51,25 @@ def check_arguments(args) -> None:
     if getattr(args, "backward_passes_per_step", 1) < 1:
         raise WorkloadError("--backward-passes-per-step must be at least 1")
     check_data_dir(args.data_dir)
-    if args.resume and not args.resume.is_file():
-        raise WorkloadError(f"checkpoint {args.resume} does not exist on this node")
+
+
+def rank0_start(comm, args, source: Path | None) -> tuple[dict | None, list[dict]]:
+    """The checkpoint at `source` on rank 0's node and the metrics records up to its epoch, on every rank.
+
+    Every node keeps its own copy of the checkpoint, and a failure during a save can leave the
+    copies at different epochs: only rank 0 reads one and sends it to all, so every rank goes on
+    from the same weights and epoch. Rank 0's error stops every rank in one line, none waits."""
+    def read() -> tuple[dict | None, list[dict]] | str:
+        try:
+            state = load_checkpoint(source) if source else None
+        except WorkloadError as exc:
+            return str(exc)
+        return state, Metrics(args.metrics, 0).read(int(state["epoch"]) if state else 0)
+
+    start = comm.broadcast_object(read() if comm.rank == 0 else None)
+    if isinstance(start, str):
+        raise WorkloadError(start)
+    return start
 
 
 class Training:
@@ -63,8 +80,8 @@ class Training:
     there are now and the learning rate follows them (`set_lr`).
     """
 
-    def __init__(self, comm, args, state: dict | None = None) -> None:
-        """`state`: a checkpoint already loaded (workloads/elastic.py); else --resume's, if given."""
+    def __init__(self, comm, args, state: dict | None) -> None:
+        """`state`: the checkpoint to go on from (`rank0_start` gives every rank rank 0's); None: from the start."""
         torch.set_num_threads(threads_per_rank(args.threads))
         torch.manual_seed(args.seed)
         random.seed(args.seed)
@@ -79,8 +96,6 @@ class Training:
         self.scaler = torch.amp.GradScaler("cuda") if args.amp and self.device.type == "cuda" else None
         self.model, self.optimizer = comm.wrap(model, optimizer, args)
         self.start_epoch = 0
-        if state is None and args.resume:
-            state = load_checkpoint(args.resume)
         if state is not None:
             comm.unwrap(self.model).load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
@@ -196,7 +211,8 @@ class Training:
 
 def train(comm, args) -> dict:
     """Train DigitNet on the IDX data; return the last epoch's metrics."""
-    run = Training(comm, args)
+    state, _ = rank0_start(comm, args, args.resume)
+    run = Training(comm, args, state)
     if args.resume and run.start_epoch >= args.epochs:
         raise WorkloadError(f"{args.resume} already finished epoch {run.start_epoch}; ask for more --epochs")
     comm.broadcast_state(run.model, run.optimizer)
