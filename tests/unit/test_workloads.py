@@ -1,5 +1,6 @@
 """The training workloads, run for real on this machine's CPU (torch, no Horovod needed)."""
 
+import argparse
 import json
 import os
 import subprocess
@@ -108,6 +109,29 @@ def test_training_learns_and_resume_reproduces_the_uninterrupted_run(tmp_path, d
     state = torch.load(tmp_path / "full.pt", weights_only=True)
     assert state["epoch"] == 3 and {"model", "optimizer", "rng_torch", "rng_python"} <= set(state)
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 8])
+def test_the_default_batch_is_one_global_batch_shared_out_so_every_rank_count_takes_the_same_steps(digits, ranks):
+    """`--batch-size` unset: 64 samples a step in all, whatever the ranks; so 8 ranks take as many
+    steps an epoch of the 1,437 digits as 1 rank does (23), not 3 (64 each)."""
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    from wl_loop import add_training_arguments, batch_per_rank
+
+    parser = argparse.ArgumentParser()
+    add_training_arguments(parser)
+    args = parser.parse_args(["--data-dir", str(digits)])
+    train = load_split(digits, "train")
+    batch = batch_per_rank(args.batch_size, ranks)
+    assert batch * ranks == 64
+    steps = len(DataLoader(train, batch_size=batch, sampler=DistributedSampler(train, num_replicas=ranks, rank=0)))
+    assert steps == 23
+    # Asked for, --batch-size is each rank's, at any number of ranks.
+    given = parser.parse_args(["--data-dir", str(digits), "--batch-size", "32"])
+    assert batch_per_rank(given.batch_size, ranks) == 32
+    # More ranks than the global batch has samples: one each.
+    assert batch_per_rank(args.batch_size, 100) == 1
 
 
 @pytest.mark.slow_torch
