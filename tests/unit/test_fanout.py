@@ -118,8 +118,9 @@ def test_plans_group_nodes_by_artifact_and_cluster():
 @pytest.fixture
 def peers(tmp_path, monkeypatch):
     """Stand-ins: `runuser -u USER -- CMD` runs CMD; `ssh ... -- SOURCE cat -- FILE` prints
-    tmp_path/peers/SOURCE/<FILE's name>, "No such file" when that is missing, and cannot
-    reach a SOURCE without a folder. Returns (serve(source, data), calls())."""
+    tmp_path/peers/SOURCE/<FILE's name>, "No such file" when that is missing, cannot
+    reach a SOURCE without a folder, and never ends for one whose folder holds `frozen`.
+    Returns (serve(source, data), calls())."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (tmp_path / "peers").mkdir()
@@ -129,6 +130,7 @@ while [ "$1" != "--" ]; do shift; done
 source=$2 file=$5
 echo "$source" >> {tmp_path}/calls
 [ -d {tmp_path}/peers/"$source" ] || {{ echo "ssh: connect to host $source port 22: Connection refused" >&2; exit 255; }}
+[ -e {tmp_path}/peers/"$source"/frozen ] && exec sleep 600
 cat {tmp_path}/peers/"$source"/"$(basename "$file")" 2>/dev/null || {{ echo "cat: $file: No such file or directory" >&2; exit 1; }}
 """)
     for tool in ("runuser", "ssh"):
@@ -147,10 +149,10 @@ cat {tmp_path}/peers/"$source"/"$(basename "$file")" 2>/dev/null || {{ echo "cat
     return serve, calls
 
 
-def pull(dest: Path, sha256: str, *sources: str) -> subprocess.CompletedProcess:
+def pull(dest: Path, sha256: str, *sources: str, seconds: int = 30) -> subprocess.CompletedProcess:
     user = subprocess.run(["id", "-un"], capture_output=True, text=True, check=True).stdout.strip()
-    return subprocess.run(["bash", str(PULL), str(dest), sha256, user, *sources], capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(["bash", str(PULL), str(dest), sha256, user, str(seconds), *sources], capture_output=True,
+                          text=True, timeout=60)
 
 
 GOOD = b"the packed Open MPI prefix"
@@ -195,10 +197,29 @@ def test_when_no_source_can_serve_the_node_keeps_what_it_had_and_says_why(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("openmpi")) == ["openmpi.tar.gz"]
 
 
+def test_a_source_that_never_finishes_costs_its_time_limit_and_the_next_serves(tmp_path, peers):
+    """A peer that answers but never ends the transfer (keepalives leave a frozen one sooner)."""
+    import time
+
+    serve, calls = peers
+    serve("10.0.0.1", GOOD)
+    (tmp_path / "peers" / "10.0.0.1" / "frozen").write_text("")
+    serve("10.0.0.2", GOOD)
+    dest = tmp_path / "openmpi.tar.gz"
+    started = time.monotonic()
+    proc = pull(dest, GOOD_SHA, "10.0.0.1", "10.0.0.2", seconds=2)
+    assert proc.returncode == 0 and proc.stdout.startswith("pulled from 10.0.0.2"), proc
+    assert time.monotonic() - started < 15 and dest.read_bytes() == GOOD
+    assert proc.stderr.splitlines() == ["10.0.0.1: not done after 2 s (artifact_cache_fanout_pull_timeout)"]
+    assert calls() == ["10.0.0.1", "10.0.0.2"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("openmpi")) == ["openmpi.tar.gz"]
+
+
 @pytest.mark.parametrize("args, message", [
-    (["/x", "not-a-sum", "root", "n1"], "is not a sha256"),
-    (["/x", GOOD_SHA, "root"], "no SOURCE"),
-    (["/x", GOOD_SHA, "no-such-user-here", "n1"], "no user 'no-such-user-here'"),
+    (["/x", "not-a-sum", "root", "60", "n1"], "is not a sha256"),
+    (["/x", GOOD_SHA, "root", "60"], "no SOURCE"),
+    (["/x", GOOD_SHA, "root", "soon", "n1"], "is not a whole number of seconds"),
+    (["/x", GOOD_SHA, "no-such-user-here", "60", "n1"], "no user 'no-such-user-here'"),
     (["/x"], "usage:"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(args, message):
