@@ -101,7 +101,7 @@ def blob(three_nodes, tmp_path):
         _run(node, f"rm -rf {Path(DEST).parent}")
 
 
-def _send(inventory: Path, entry: Path, runs: Path) -> tuple[Path, float]:
+def _send(inventory: Path, entry: Path, runs: Path, dest: str = DEST) -> tuple[Path, float]:
     """playbooks/fanout.yml through pycli provision; the run folder and the MB this host sent to the nodes."""
     scale = _scale()
     bridge = scale.cluster_bridge(CLUSTER3)
@@ -109,7 +109,7 @@ def _send(inventory: Path, entry: Path, runs: Path) -> tuple[Path, float]:
     try:
         before = scale.own_bytes_sent()
         proc = run_pycli("provision", str(inventory), "--playbook", "playbooks/fanout.yml",
-                         "-e", f"fanout_entry={entry}", "-e", f"fanout_dest={DEST}", env={"PYCLI_RUNS": str(runs)})
+                         "-e", f"fanout_entry={entry}", "-e", f"fanout_dest={dest}", env={"PYCLI_RUNS": str(runs)})
         sent = (scale.own_bytes_sent() - before) / 1e6
     finally:
         scale.own_counter("-D", bridge)
@@ -138,6 +138,25 @@ def test_the_controller_sends_a_file_once_and_a_node_with_a_good_copy_gets_nothi
     assert _sha256("node3", DEST) == want and sent < 0.25 * SIZE / 1e6
 
 
+def test_a_folder_that_is_there_keeps_its_owner_and_mode(three_nodes, blob, tmp_path):
+    """fanout_dest in /tmp (sticky, world-writable) and in a user's own folder: the file arrives,
+    and neither folder is made root's 0755."""
+    entry, want = blob
+    folders = {"/tmp": "1777 root:root", "/srv/pycli-user-data": "750 nobody:nogroup"}
+    for node in NODES:
+        _run(node, "mkdir -p /srv/pycli-user-data && chown nobody:nogroup /srv/pycli-user-data && chmod 750 /srv/pycli-user-data")
+    try:
+        for folder in folders:
+            _send(three_nodes, entry, tmp_path / folder.strip("/").replace("/", "-"), dest=f"{folder}/pycli-fanout-blob")
+        for node in NODES:
+            for folder, kept in folders.items():
+                assert _run(node, f"stat -c '%a %U:%G' {folder}")[1].strip() == kept, (node, folder)
+                assert _sha256(node, f"{folder}/pycli-fanout-blob") == want, (node, folder)
+    finally:
+        for node in NODES:
+            _run(node, "rm -rf /tmp/pycli-fanout-blob /srv/pycli-user-data")
+
+
 def test_a_peers_damaged_copy_is_refused_and_the_next_peer_serves(three_nodes, blob):
     """fanout-pull.sh on node3, as fanout_round.yml runs it: node2's copy is damaged, node1's whole."""
     from pycli.cluster_model import load_cluster
@@ -148,12 +167,47 @@ def test_a_peers_damaged_copy_is_refused_and_the_next_peer_serves(three_nodes, b
         _container(node).put_archive("/", _tar({DEST.lstrip("/"): entry.read_bytes()}))
     _run("node2", f"printf damaged | dd of={DEST} bs=1 seek=5 conv=notrunc 2>/dev/null")
     _container("node3").put_archive("/", _tar({"tmp/fanout-pull.sh": PULL_SCRIPT.read_bytes()}))
-    code, out = _run("node3", f"bash /tmp/fanout-pull.sh {DEST} {want} root {addresses['node2']} {addresses['node1']}")
+    code, out = _run("node3", f"bash /tmp/fanout-pull.sh {DEST} {want} root 600 {addresses['node2']} {addresses['node1']}")
     assert code == 0, out
     assert f"{addresses['node2']}: its copy has sha256 {_sha256('node2', DEST)}, not {want}" in out
     assert f"pulled from {addresses['node1']}" in out and _sha256("node3", DEST) == want
     code, out = _run("node3", f"ls {Path(DEST).parent}")
     assert out.split() == ["blob"]  # no half copy left behind
+
+
+def test_a_peer_frozen_mid_transfer_costs_seconds_and_the_next_peer_serves(three_nodes, blob):
+    """node2 sends slowly (tc), then freezes (docker pause) while node3 pulls from it: SSH's
+    keepalives give it up in seconds and node1 serves, where TCP alone would wait for minutes."""
+    import threading
+    import time
+
+    from pycli.cluster_model import load_cluster
+
+    entry, want = blob
+    addresses = {host.name: host.address for host in load_cluster(three_nodes).hosts}
+    for node in ("node1", "node2"):
+        _container(node).put_archive("/", _tar({DEST.lstrip("/"): entry.read_bytes()}))
+    _container("node3").put_archive("/", _tar({"tmp/fanout-pull.sh": PULL_SCRIPT.read_bytes()}))
+    code, out = _run("node2", "tc qdisc add dev eth0 root tbf rate 2mbit burst 32kb latency 400ms")
+    assert code == 0, out
+    answer: dict[str, tuple[int, str]] = {}
+    line = f"timeout 200 bash /tmp/fanout-pull.sh {DEST} {want} root 600 {addresses['node2']} {addresses['node1']}"
+    pulling = threading.Thread(target=lambda: answer.setdefault("pull", _run("node3", line)))
+    try:
+        started = time.monotonic()
+        pulling.start()
+        time.sleep(5)  # 24 MB at 2 Mbit/s takes over 90 s: node2 is mid-transfer
+        _container("node2").pause()
+        pulling.join(230)
+        took = time.monotonic() - started
+    finally:
+        _container("node2").unpause()
+        _run("node2", "tc qdisc del dev eth0 root")
+    code, out = answer.get("pull", (-1, "still pulling after 230 s"))
+    assert code == 0, out
+    assert f"pulled from {addresses['node1']}" in out and f"{addresses['node2']}: Timeout, server" in out, out
+    assert took < 90, f"{took:.0f} s to leave a frozen peer"
+    assert _sha256("node3", DEST) == want
 
 
 def test_nodes_no_peer_can_serve_get_it_from_the_controller(three_nodes, blob, tmp_path):
