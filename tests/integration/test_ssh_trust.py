@@ -57,3 +57,21 @@ def test_every_pair_passes_and_a_node_without_the_key_is_named_by_exactly_the_pa
     for node, (code, out) in broken.items():
         failed = sorted(line.split(":")[0] for line in out.splitlines() if line.startswith("FAIL"))
         assert code == 1 and failed == sorted(["FAIL node3", f"FAIL {address3}"]), (node, out)
+
+
+def test_a_node_whose_hostname_is_a_full_name_passes_the_roles_own_check(three_nodes, tmp_path):
+    """node2 set to node2.cluster.example: `hostname` there prints the full name, which the role's
+    check must expect (Ansible's hostname fact is only its first label)."""
+    from tests.conftest import run_pycli
+
+    def trust(runs: str):
+        return run_pycli("provision", str(three_nodes), "--tags", "ssh_trust", env={"PYCLI_RUNS": str(tmp_path / runs)})
+
+    code, out = _run("node2", "hostname node2.cluster.example && hostname")
+    assert code == 0 and out.strip() == "node2.cluster.example", out
+    try:
+        proc = trust("full-name")
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    finally:
+        _run("node2", "hostname node2")
+        assert trust("short-name").returncode == 0  # the names it trusts are node2's own again
