@@ -59,19 +59,30 @@ def test_every_pair_passes_and_a_node_without_the_key_is_named_by_exactly_the_pa
         assert code == 1 and failed == sorted(["FAIL node3", f"FAIL {address3}"]), (node, out)
 
 
-def test_a_node_whose_hostname_is_a_full_name_passes_the_roles_own_check(three_nodes, tmp_path):
-    """node2 set to node2.cluster.example: `hostname` there prints the full name, which the role's
-    check must expect (Ansible's hostname fact is only its first label)."""
+def test_a_full_hostname_and_a_second_address_pass_the_roles_own_check(three_nodes, tmp_path):
+    """node2 set to node2.cluster.example (`hostname` there prints the full name, which the role's
+    check must expect: Ansible's hostname fact is only its first label), and node1 with a second
+    address on its interface, which it logs in from: the key's from= list must hold it."""
+    import ipaddress
+
     from tests.conftest import run_pycli
 
     def trust(runs: str):
         return run_pycli("provision", str(three_nodes), "--tags", "ssh_trust", env={"PYCLI_RUNS": str(tmp_path / runs)})
 
+    primary = ipaddress.ip_interface(_run("node1", "ip -o -4 addr show dev eth0")[1].split()[3])
+    second = f"{primary.network[250]}/{primary.network.prefixlen}"
+    code, out = _run("node1", f"ip addr add {second} dev eth0")
+    assert code == 0, out
     code, out = _run("node2", "hostname node2.cluster.example && hostname")
     assert code == 0 and out.strip() == "node2.cluster.example", out
     try:
-        proc = trust("full-name")
+        proc = trust("unusual")
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        login = f"ssh -b {second.split('/')[0]} -o BatchMode=yes -o StrictHostKeyChecking=yes node2 hostname"
+        code, out = _run("node1", login)
+        assert code == 0 and out.strip() == "node2.cluster.example", out
     finally:
+        _run("node1", f"ip addr del {second} dev eth0")
         _run("node2", "hostname node2")
-        assert trust("short-name").returncode == 0  # the names it trusts are node2's own again
+        assert trust("usual").returncode == 0  # the names and addresses it trusts are the nodes' own again

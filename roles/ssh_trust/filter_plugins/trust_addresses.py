@@ -1,0 +1,45 @@
+"""The addresses of role ssh_trust: every address a node may reach its peers from, or be reached
+on, for the key's from= list and the known hosts.
+
+From the node's facts: the default route's addresses first (IPv4, then IPv6; the first one is
+the node's address for the logins the role checks), then every interface's (primary IPv4, its
+secondary addresses, its IPv6 addresses), then the address Ansible reaches the node on.
+Interfaces matching the ignored pattern (bridges, virtual links) are left out, and so are
+loopback and link-local addresses: those never carry a login from another node.
+"""
+
+import ipaddress
+import re
+
+
+def _usable(address):
+    try:
+        ip = ipaddress.ip_address(str(address).split("%")[0])
+    except ValueError:
+        return False
+    return not (ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast)
+
+
+def trust_addresses(facts, ignored="", ansible_host=""):
+    """Every usable address of a node, in the order above, each once."""
+    found = [facts.get("default_ipv4", {}).get("address"), facts.get("default_ipv6", {}).get("address")]
+    for name in facts.get("interfaces", []):
+        if ignored and re.match(ignored, name):
+            continue
+        interface = facts.get(name.replace("-", "_"))
+        if not isinstance(interface, dict):
+            continue
+        found.append(interface.get("ipv4", {}).get("address"))
+        found += [entry.get("address") for entry in interface.get("ipv4_secondaries", [])]
+        found += [entry.get("address") for entry in interface.get("ipv6", [])]
+    found.append(ansible_host)
+    addresses = []
+    for address in found:
+        if address and _usable(address) and str(address) not in addresses:
+            addresses.append(str(address))
+    return addresses
+
+
+class FilterModule:
+    def filters(self):
+        return {"trust_addresses": trust_addresses}
