@@ -215,6 +215,8 @@ def ssh_port_option(ports: set[int]) -> int | None:
     return None if ports == {DEFAULT_SSH_PORT} else min(ports)
 
 
+# The interface that holds 127.0.0.1 on Linux: an elastic horovodrun job on its own node talks over it.
+LOOPBACK_INTERFACE = "lo"
 # How long a host that does not answer holds up horovodrun's host discovery (--elastic).
 DISCOVERY_CONNECT_TIMEOUT_S = 3
 
@@ -261,6 +263,11 @@ def horovodrun_argv(plan: JobPlan) -> list[str]:
     # 127.0.0.1, which has no such interface, and the job fails.
     if plan.network_interface and len(plan.hosts) > 1:
         argv += ["--network-interface", plan.network_interface]
+    elif plan.elastic_min_np is not None and len(plan.hosts) == 1:
+        # Every rank on the node horovodrun runs on: unless it is given an interface, elastic
+        # horovodrun finds one by comparing two hosts, and waits its whole --elastic-timeout
+        # (600 s) for a second; the one it would find on one host is the loopback's.
+        argv += ["--network-interface", LOOPBACK_INTERFACE]
     return argv + _program(plan)
 
 

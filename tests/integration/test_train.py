@@ -97,6 +97,21 @@ def test_torchrun_ddp_on_every_node(provisioned_cluster):
     assert got[-1]["launcher"] == "ddp" and got[-1]["ranks"] == 2 and got[-1]["val_accuracy"] > 0.3
 
 
+def test_an_elastic_horovod_job_with_every_rank_on_one_node_runs_at_once(provisioned_cluster, tmp_path):
+    """node1 with two slots takes both ranks: elastic horovodrun, given no interface, used to wait its
+    600 s for a second host to compare interfaces with, then failed in its own words."""
+    inventory = tmp_path / "node1-two-slots.ini"
+    text = provisioned_cluster.read_text()
+    inventory.write_text(re.sub(r"(?m)^(node1 ansible_host=\S+)$", r"\1 slots=2", text))
+    assert inventory.read_text() != text
+    started = time.monotonic()
+    proc = train(inventory, "mnist", "--np", "2", "--elastic", "--min-np", "1", "--", "--epochs", "1", *FAST, timeout=240)
+    took = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert re.search(r"pycli: job \S+: 2 process\(es\) on node1 via", proc.stdout), proc.stdout[-3000:]
+    assert records(results_of(proc))[-1]["ranks"] == 2 and took < 180, f"{took:.0f} s"
+
+
 def test_a_drained_node_is_left_out_even_when_it_is_the_launcher(provisioned_cluster):
     drained = run_pycli("drain", "node1", "-i", str(provisioned_cluster), "--reason", "ECC errors")
     assert drained.returncode == 0, drained.stderr

@@ -25,6 +25,22 @@ def test_elastic_horovodrun_finds_its_hosts_by_the_script_and_the_workload_goes_
     assert "--elastic" not in workload_args(plan(np=4))
 
 
+def test_an_elastic_horovodrun_job_on_one_node_is_given_the_loopback_interface():
+    """Both ranks on n1 (four slots): without an interface, elastic horovodrun compares two hosts to
+    find one and waits its 600 s for a second; on one node the one to use is the loopback's."""
+    from dataclasses import replace as replaced
+
+    one_node = plan(cluster(slots=(4, 4)), np=2, elastic=True, min_np=1)
+    assert [h.name for h in one_node.hosts] == ["n1"]
+    for job in (one_node, replaced(one_node, network_interface="eth0")):
+        _, argv = only_line(job)
+        assert argv[argv.index("--network-interface") + 1] == "lo"
+    _, argv = only_line(plan(cluster(slots=(4, 4)), np=2))  # static: horovodrun finds it by itself
+    assert "--network-interface" not in argv
+    _, argv = only_line(replaced(plan(np=4, elastic=True, min_np=1), network_interface="eth0"))  # two nodes
+    assert argv[argv.index("--network-interface") + 1] == "eth0"
+
+
 def test_the_discovery_script_is_staged_beside_the_job(tmp_path):
     job = plan(np=4, elastic=True, min_np=1)
     script = tmp_path / "discover-hosts.sh"
