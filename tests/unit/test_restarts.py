@@ -1,6 +1,5 @@
 """--max-restarts: where and from what a failed job starts again, decided from what the nodes answer."""
 
-import argparse
 import functools
 import os
 import signal
@@ -24,11 +23,6 @@ from pycli.nodes import NodeOutput
 from pycli.paths import WORKLOADS_DIR
 from pycli.train import plan_job
 from tests.unit.test_train_plan import plan
-
-sys.path.insert(0, str(WORKLOADS_DIR))
-
-from wl_checkpoint import save_checkpoint  # noqa: E402
-from wl_model import DigitNet  # noqa: E402
 
 
 def answers(**by_host):
@@ -107,12 +101,26 @@ def test_restart_options_that_cannot_work_are_one_line(kw, message):
         plan(np=4, **kw)
 
 
+# Written by a process of its own: torch.optim loads torch._dynamo, which fails in a pytest process
+# where Ansible, imported by earlier tests, has put its own sys.intern in place.
+_WRITE_CHECKPOINT = """
+import argparse, sys
+from pathlib import Path
+import torch
+from wl_checkpoint import save_checkpoint
+from wl_model import DigitNet
+path, epoch = Path(sys.argv[1]), int(sys.argv[2])
+torch.manual_seed(epoch)
+model = DigitNet()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+save_checkpoint(path, model, optimizer, epoch, argparse.Namespace(epochs=epoch))
+"""
+
+
 def _checkpoint(path: Path, epoch: int) -> None:
     """A checkpoint of `epoch` whose weights are its own (seeded by the epoch), as a node's first rank writes it."""
-    torch.manual_seed(epoch)
-    model = DigitNet()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    save_checkpoint(path, model, optimizer, epoch, argparse.Namespace(epochs=epoch))
+    subprocess.run([sys.executable, "-c", _WRITE_CHECKPOINT, str(path), str(epoch)], cwd=WORKLOADS_DIR, check=True,
+                   capture_output=True, timeout=120)
 
 
 def _free_port() -> int:
