@@ -50,9 +50,12 @@ def up_cmd(
     output: Path | None = output_option("Where to write the inventory (default: inventory/local-NAME.ini).", dir_okay=False),
     ca_bundle: Path | None = CA_BUNDLE,
     mirror: str = MIRROR,
+    slurm: bool = typer.Option(
+        False, "--slurm", help="Opt in to Slurm: node1 in group slurm_controller; provisioning installs Slurm on every node."
+    ),
 ) -> None:
     """Start NODES systemd node containers reachable over SSH and write their inventory."""
-    local_cluster.up(name, nodes, slots=slots, subnet=subnet, image=_spec(ca_bundle, mirror), inventory=output)
+    local_cluster.up(name, nodes, slots=slots, subnet=subnet, image=_spec(ca_bundle, mirror), inventory=output, slurm=slurm)
 
 
 @cluster_app.command("down")

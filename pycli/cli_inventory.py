@@ -53,6 +53,7 @@ class ClusterSettings:
     launcher: str | None = None
     venv: str | None = None  # the venv jobs run in on every host (VENV_VAR); None: the common role's
     work_dir: str | None = None  # the jobs' folder on every host (WORK_DIR_VAR); None: the common role's
+    slurm: bool = False  # group slurm_controller with the launcher: provisioning adds Slurm (role slurm)
 
 
 _HOW_TO_EDIT = [
@@ -91,6 +92,7 @@ def new_inventory_text(entries: Sequence[HostEntry], settings: ClusterSettings, 
         entries,
         group_vars=group_vars,
         launcher=settings.launcher,
+        slurm_controller=(settings.launcher or entries[0].name) if settings.slurm else None,
         header=[f"Cluster inventory written by 'pycli inventory new' from {made_from}.", *_HOW_TO_EDIT],
         var_comments={
             "slots": "Processes per host (the GPU count on GPU hosts), unless a host line sets its own.",
@@ -227,6 +229,10 @@ def new_cmd(
     work_dir: Path | None = typer.Option(
         None, "--work-dir", help=f"Where jobs keep their folders on every host ({WORK_DIR_VAR}; default: the common role's)."
     ),
+    slurm: bool = typer.Option(
+        False, "--slurm", help="Opt in to Slurm: group slurm_controller with the launcher host (slurmctld, slurmdbd); "
+        "provisioning installs Slurm on every host and 'pycli train' submits through it."
+    ),
     force: bool = typer.Option(False, "--force", help="Replace OUTPUT if it exists."),
 ) -> None:
     """Write a plain, commented INI inventory of a host list, a hostfile, a horovodrun -H string or this machine (--local)."""
@@ -240,7 +246,8 @@ def new_cmd(
     else:
         entries, made_from = _host_lines(hosts, hosts_file, horovod_hosts)
     settings = ClusterSettings(slots=slots, user=user, port=port, key=_key_path(key), launcher=launcher_host,
-                               venv=node_path(venv, "--venv", here=local), work_dir=work_dir_path(work_dir, here=local))
+                               venv=node_path(venv, "--venv", here=local), work_dir=work_dir_path(work_dir, here=local),
+                               slurm=slurm)
     text = new_inventory_text(entries, settings, made_from=made_from)
     write_text_atomically(output, text, force=force)
     print(f"wrote {output} ({len(entries)} hosts); check it with 'pycli inventory show {output}'")

@@ -23,7 +23,7 @@ from typing import Any
 
 from pycli.ansible_inventory import read_with_ansible
 from pycli.errors import BadInput, problems_error
-from pycli.inventory_writer import LAUNCHER_GROUP, NODES_GROUP, HostEntry
+from pycli.inventory_writer import LAUNCHER_GROUP, NODES_GROUP, SLURM_CONTROLLER_GROUP, HostEntry
 
 DEFAULT_SSH_PORT = 22
 # Later the GPU count found on the host; until a host has been looked at, one process.
@@ -113,6 +113,12 @@ class Cluster:
     inventory: Path | None = field(default=None, compare=False)
     # Hosts of the inventory that jobs leave out until they are undrained (`for_jobs`).
     drained: tuple[Drained, ...] = ()
+    # The host of group `slurm_controller` (slurmctld, slurmdbd): the inventory opts in to Slurm.
+    slurm_controller: str | None = None
+
+    @property
+    def has_slurm(self) -> bool:
+        return self.slurm_controller is not None
 
     @property
     def total_slots(self) -> int:
@@ -226,6 +232,17 @@ def launcher_problem(launcher: str | None, node_names: Sequence[str]) -> str | N
         f"launcher {launcher!r} is not in group '{NODES_GROUP}'; "
         f"name one of the training hosts ({_some_names(node_names)}) as launcher"
     )
+
+
+def slurm_controller_problem(names: Sequence[str], node_names: Sequence[str]) -> str | None:
+    """Why group `slurm_controller` cannot name Slurm's controller, or None when it can (or is absent)."""
+    if len(names) > 1:
+        return (f"group '{SLURM_CONTROLLER_GROUP}' names {len(names)} hosts ({_some_names(names)}); "
+                "name exactly one, where slurmctld and slurmdbd run")
+    if names and names[0] not in node_names:
+        return (f"slurm controller {names[0]!r} (group '{SLURM_CONTROLLER_GROUP}') is not in group '{NODES_GROUP}'; "
+                f"name one of the training hosts ({_some_names(node_names)}): it runs slurmd too")
+    return None
 
 
 def duplicate_problems(hosts: Sequence[Host]) -> list[str]:
@@ -374,13 +391,17 @@ def load_cluster(path: Path | str) -> Cluster:
     # reported as missing; the launcher check runs once, here.
     if (why := launcher_problem(launcher, groups[NODES_GROUP])) is not None:
         problems.append(why)
+    slurm_names = groups.get(SLURM_CONTROLLER_GROUP, [])
+    if (why := slurm_controller_problem(slurm_names, groups[NODES_GROUP])) is not None:
+        problems.append(why)
     if hosts or not groups[NODES_GROUP]:
         problems += cluster_problems(hosts, launcher=None)
     if problems:
         raise problems_error(source, problems)
     launcher = launcher or hosts[0].name
     settings = {var: host_vars[launcher][var] for var in SETTINGS_VARS if host_vars[launcher].get(var) not in (None, "")}
-    return Cluster(hosts=tuple(hosts), launcher=launcher, settings=settings, inventory=path)
+    return Cluster(hosts=tuple(hosts), launcher=launcher, settings=settings, inventory=path,
+                   slurm_controller=slurm_names[0] if slurm_names else None)
 
 
 def _check_readable(path: Path) -> None:

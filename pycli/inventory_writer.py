@@ -17,6 +17,8 @@ from pycli.errors import BadInput
 
 NODES_GROUP = "nodes"
 LAUNCHER_GROUP = "launcher"
+# Opt-in to Slurm (role slurm): the one host of this group runs slurmctld and slurmdbd.
+SLURM_CONTROLLER_GROUP = "slurm_controller"
 
 _PLAIN_VALUE = re.compile(r"^[A-Za-z0-9_./:@%+,~-]+$")
 
@@ -77,10 +79,11 @@ def render_inventory(
     *,
     group_vars: Mapping[str, object] | None = None,
     launcher: str | None = None,
+    slurm_controller: str | None = None,
     header: Iterable[str] = (),
     var_comments: Mapping[str, str] | None = None,
 ) -> str:
-    """Render an INI inventory: group `nodes`, optional `launcher`, cluster-wide `[nodes:vars]`."""
+    """Render an INI inventory: group `nodes`, optional `launcher` and `slurm_controller`, cluster-wide `[nodes:vars]`."""
     hosts = list(hosts)
     var_comments = var_comments or {}
     out = _comment_block(header)
@@ -94,6 +97,9 @@ def render_inventory(
     if launcher:
         where = "# Where jobs start (mpirun/horovodrun run here); without it, the first node."
         out += ["", where, f"[{LAUNCHER_GROUP}]", launcher]
+    if slurm_controller:
+        where = "# Slurm's controller (slurmctld, slurmdbd with MariaDB); every host of [nodes] runs slurmd."
+        out += ["", where, f"[{SLURM_CONTROLLER_GROUP}]", slurm_controller]
     if group_vars:
         out += ["", "# Settings for the whole cluster; a host line's own value wins.", f"[{NODES_GROUP}:vars]"]
         for key, val in group_vars.items():

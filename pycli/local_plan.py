@@ -51,6 +51,7 @@ class ClusterPlan:
     subnet: ipaddress.IPv4Network
     nodes: tuple[NodePlan, ...]
     slots: int = LOCAL_NODE_SLOTS
+    slurm: bool = False  # group slurm_controller with the first node: provisioning adds Slurm
 
 
 def validate_name(name: str) -> None:
@@ -140,7 +141,8 @@ def parse_subnet(text: str) -> ipaddress.IPv4Network:
     return subnet
 
 
-def plan_cluster(name: str, count: int, subnet: ipaddress.IPv4Network, slots: int = LOCAL_NODE_SLOTS) -> ClusterPlan:
+def plan_cluster(name: str, count: int, subnet: ipaddress.IPv4Network, slots: int = LOCAL_NODE_SLOTS,
+                 slurm: bool = False) -> ClusterPlan:
     """Names and addresses of every node: pure, so it can be checked before anything is made."""
     validate_name(name)
     validate_node_count(count)
@@ -154,7 +156,7 @@ def plan_cluster(name: str, count: int, subnet: ipaddress.IPv4Network, slots: in
                  address=str(subnet.network_address + FIRST_NODE_OFFSET + i))
         for i in range(1, count + 1)
     )
-    return ClusterPlan(name=name, network=network_name(name), subnet=subnet, nodes=nodes, slots=slots)
+    return ClusterPlan(name=name, network=network_name(name), subnet=subnet, nodes=nodes, slots=slots, slurm=slurm)
 
 
 # What the local test bed needs beyond the role defaults: these nodes are containers on a
@@ -201,6 +203,7 @@ def render_local_inventory(plan: ClusterPlan, key: Path, known_hosts: Path, ca_b
         bed_vars["common_extra_ca_bundle"] = str(ca_bundle.resolve())
     return render_inventory(
         [HostEntry(name=node.hostname, address=node.address) for node in plan.nodes],
+        slurm_controller=plan.nodes[0].hostname if plan.slurm else None,
         header=[
             f"{INVENTORY_HEADER} {plan.name!r}: {len(plan.nodes)} systemd node containers on",
             f"docker network {plan.network} ({plan.subnet}). Written by 'pycli cluster up';",

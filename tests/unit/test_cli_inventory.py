@@ -46,6 +46,19 @@ def test_new_from_hosts_writes_a_commented_inventory_ansible_reads(capsys, tmp_p
     )
 
 
+def test_new_with_slurm_makes_the_launcher_slurms_controller(capsys, tmp_path):
+    output = tmp_path / "cluster.ini"
+    ok(capsys, "inventory", "new", "-o", output, "--hosts", "gpu1,gpu2", "--launcher-host", "gpu2", "--slurm")
+    assert "\n[slurm_controller]\ngpu2\n" in output.read_text()
+    assert load_cluster(output).slurm_controller == "gpu2"
+    plain = tmp_path / "plain.ini"
+    ok(capsys, "inventory", "new", "-o", plain, "--hosts", "gpu1,gpu2", "--slurm")
+    assert load_cluster(plain).slurm_controller == "gpu1"
+    without = tmp_path / "without.ini"
+    ok(capsys, "inventory", "new", "-o", without, "--hosts", "gpu1,gpu2")
+    assert "slurm" not in without.read_text() and not load_cluster(without).has_slurm
+
+
 def test_new_with_port_and_key(capsys, tmp_path):
     key = tmp_path / "id_ed25519"
     key.write_text("not a real key\n")

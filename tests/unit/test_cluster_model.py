@@ -210,6 +210,14 @@ ERRORS = {
     "port out of range": ("hosts.ini", "[nodes]\na ansible_port=70000\n", ["ansible_port must be a port number (1-65535), got 70000"]),
     "launcher not in nodes": ("hosts.ini", "[nodes]\na\n[launcher]\nz\n", ["launcher 'z' is not in group 'nodes'", "(a)"]),
     "two launchers": ("hosts.ini", "[nodes]\na\nb\n[launcher]\na\nb\n", ["group 'launcher' names 2 hosts (a, b); name exactly one"]),
+    "slurm controller outside nodes": (
+        "hosts.ini", "[nodes]\na\nb\n[slurm_controller]\nz\n",
+        ["slurm controller 'z' (group 'slurm_controller') is not in group 'nodes'", "(a, b)"],
+    ),
+    "two slurm controllers": (
+        "hosts.ini", "[nodes]\na\nb\n[slurm_controller]\na\nb\n",
+        ["group 'slurm_controller' names 2 hosts (a, b); name exactly one"],
+    ),
     "name not a DNS label": ("hosts.ini", "[nodes]\ngpu_1\n", ["host 'gpu_1': 'gpu_1' is not a valid host name", "rename it"]),
     "address not a DNS name": ("hosts.ini", "[nodes]\na ansible_host=-bad.example\n", ["'-bad.example' is not a valid host name", "fix its ansible_host"]),
     "user that is an ssh option": (
