@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pycli.check_gates import FAIL, GATES, NOT_RUN, PASS, SKIP, CheckContext, CheckOptions, Gate, GateResult
 from pycli.cluster_model import Cluster, Drained
-from pycli.errors import EXIT_OK
+from pycli.errors import EXIT_OK, notice
 from pycli.json_documents import CHECK, versioned
 from pycli.paths import new_run_dir
 
@@ -72,11 +72,15 @@ def gates_for(options: CheckOptions) -> tuple[Gate, ...]:
     return (GATES[0], *DEEP_GATES) if options.deep_only else GATES + DEEP_GATES
 
 
-def drain_suspects(cluster: Cluster, suspects: dict[str, str]) -> list[str]:
-    """--fence: the nodes the deep gates named go on the drained list, each with its figure."""
+def drain_suspects(cluster: Cluster, suspects: dict[str, str], say: Callable[[str], None]) -> list[str]:
+    """--fence: the nodes the deep gates named go on the drained list, each with its figure, and
+    on a cluster with Slurm to Slurm's DRAIN with the same reason."""
     from pycli.drained import fence
+    from pycli.slurm_jobs import set_drained
 
-    return [entry.describe() for entry in fence(cluster, suspects)]
+    entries = fence(cluster, suspects)
+    set_drained(cluster, {entry.node: entry.reason for entry in entries}, say)
+    return [entry.describe() for entry in entries]
 
 
 def check(cluster: Cluster, options: CheckOptions, *, as_json: bool = False, write: Callable[[str], None] = print) -> int:
@@ -101,7 +105,7 @@ def check(cluster: Cluster, options: CheckOptions, *, as_json: bool = False, wri
         summary["deep"] = {**ctx.deep, "suspects": ctx.suspects}
         (run_dir / "deep.json").write_text(json.dumps(summary["deep"], indent=2) + "\n")
     if options.fence and ctx.suspects:
-        fenced = drain_suspects(cluster, ctx.suspects)
+        fenced = drain_suspects(cluster, ctx.suspects, notice if as_json else write)
         summary["fenced"] = fenced
         if not as_json:
             for line in fenced:

@@ -15,6 +15,7 @@ from pycli.cli_check import check_cmd
 from pycli.cli_cluster import cluster_app
 from pycli.cli_drain import drain_cmd, undrain_cmd
 from pycli.cli_inventory import hostfile_cmd, inventory_app
+from pycli.cli_jobs import jobs_cmd
 from pycli.cli_options import INVENTORY_RULE, command_path, rename_flags
 from pycli.cli_provision import provision_cmd
 from pycli.cli_train import train_cmd
@@ -38,6 +39,7 @@ app.command("bench")(bench_cmd)
 app.command("check")(check_cmd)
 app.command("drain")(drain_cmd)
 app.command("undrain")(undrain_cmd)
+app.command("jobs")(jobs_cmd)
 
 
 def _version(value: bool) -> None:

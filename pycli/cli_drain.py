@@ -16,13 +16,18 @@ def drain_cmd(
     inventory: Path | None = INVENTORY_ONLY_OPTION,
     reason: str = typer.Option(..., "--reason", "-r", help="Why, in one line; every command that leaves the node out says it."),
 ) -> None:
-    """Fence NODEs off: train, bench and hostfile leave them out until 'pycli undrain'; provision still repairs them."""
+    """Fence NODEs off: train, bench and hostfile leave them out until 'pycli undrain'; provision still repairs them.
+
+    On a cluster with Slurm, Slurm's state too: DRAIN with the reason (running jobs finish)."""
     from pycli.cli_options import load_inventory
     from pycli.drained import drain
+    from pycli.slurm_jobs import set_drained
 
     cluster = load_inventory(None, inventory)
-    for entry in drain(cluster, nodes or [], reason):
+    entries = drain(cluster, nodes or [], reason)
+    for entry in entries:
         print(f"drained {entry.describe()}")
+    set_drained(cluster, {entry.node: entry.reason for entry in entries}, print)
 
 
 def undrain_cmd(
@@ -33,9 +38,12 @@ def undrain_cmd(
     from pycli.cli_options import load_inventory
     from pycli.drained import undrain
     from pycli.errors import notice
+    from pycli.slurm_jobs import set_resumed
 
     cluster = load_inventory(None, inventory)
     back, were_not = undrain(cluster, nodes or [])
+    # Slurm's state too, also for a node only Slurm had drained (its health check).
+    set_resumed(cluster, list(nodes or []), print)
     if back:
         print(f"undrained {', '.join(back)}; jobs use {'it' if len(back) == 1 else 'them'} again")
     if were_not:

@@ -61,6 +61,10 @@ def train_cmd(
     docker_ssh_port: int = typer.Option(
         DEFAULT_JOB_SSH_PORT, "--docker-ssh-port", help="Port of the sshd in each job container (the nodes' network is shared)."
     ),
+    scheduler: str | None = typer.Option(
+        None, "--scheduler", help="slurm: submit through Slurm's queue (sbatch; the default where the inventory has "
+        "a [slurm_controller]); ssh: start the ranks over SSH, outside any queue.", show_default=False,
+    ),
     docker_opt: list[str] = typer.Option(
         None, "--docker-opt", metavar="OPTIONS",
         help="More 'docker run' options for the job containers, e.g. --docker-opt='-v /data:/data' (repeatable).",
@@ -88,6 +92,11 @@ def train_cmd(
     if np < 1:
         raise BadInput(f"--np {np}: the number of processes must be at least 1")
     cluster = for_jobs(load_inventory(positional, inventory), notice)
+    from pycli.errors import warn
+    from pycli.slurm import SSH, choose_scheduler
+
+    if choose_scheduler(scheduler, cluster.has_slurm) == SSH and cluster.has_slurm:
+        warn("--scheduler ssh: this job bypasses Slurm's queue; its ranks share the nodes with whatever Slurm runs there")
     container = None
     if docker is not None:
         container = parse_job_container(docker, docker_ssh_port, docker_opt or [], cluster.hosts)
@@ -95,6 +104,6 @@ def train_cmd(
         np=np, workload=workload or "mnist", launcher=launcher, controller=controller, script_args=tuple(script_args or ()),
         network_interface=network_interface, data_dir=data_dir, resume=resume, container=container,
         time_limit_s=timeout, max_restarts=max_restarts, min_np=min_np, elastic=elastic,
-        threads_per_rank=threads_per_rank, env=tuple(env or ()), autotune=autotune,
+        threads_per_rank=threads_per_rank, env=tuple(env or ()), autotune=autotune, scheduler=scheduler,
     )
     raise typer.Exit(run_job(cluster, request).code)

@@ -34,4 +34,8 @@ class JobRequest:
     threads_per_rank: int | None = None  # --threads-per-rank; None: each node's cores shared out between its ranks
     env: tuple[str, ...] = ()  # --env NAME=VALUE for every rank
     autotune: bool = False  # --autotune: horovodrun's autotuning, its log fetched with the results
+    # --scheduler: "slurm" (through Slurm's queue), "ssh" (started over SSH), None: Slurm where the
+    # inventory has it (pycli.slurm.choose_scheduler). The gates of `pycli check` and `pycli bench`
+    # measure the nodes themselves and start their jobs over SSH.
+    scheduler: str | None = "ssh"
 

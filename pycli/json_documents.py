@@ -33,6 +33,8 @@ RECAP = DocumentKind("recap.json", 1, unversioned_is=1)
 CHECK = DocumentKind("check.json", 1)
 # bench's results, rendered by bench_report.py as it writes them; pycli reads none back.
 RESULTS = DocumentKind("results.json", 1)
+# `pycli jobs --json`: Slurm's queue and its accounted jobs; printed only.
+JOBS = DocumentKind("jobs.json", 1)
 
 
 def versioned(kind: DocumentKind, document: Mapping) -> dict:

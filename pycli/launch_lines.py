@@ -112,6 +112,7 @@ class JobPlan:
     nodes_share_cpus: bool = False  # the inventory's pycli_nodes_share_cpus: every rank of the job shares one machine
     node_cpus: tuple[tuple[str, int], ...] = ()  # (host, its cores) as staging counted them; () before staging
     node_gpus: tuple[tuple[str, int], ...] = ()  # (host, its GPUs) as staging counted them; () before staging
+    slurm: bool = False  # through Slurm's queue (the request's --scheduler, or the inventory's default), not over SSH
     @property
     def job_dir(self) -> PurePosixPath:
         return self.layout.work_dir / "jobs" / self.job_id

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-from pycli import containers, job_files, runner
+from pycli import containers, job_files, runner, slurm, slurm_jobs
 from pycli.cluster_model import INTERFACE_VAR, JOBS_KEPT_VAR, Cluster, interface_problem
 from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, BadInput, PycliError, Unreachable, warn
 from pycli.hostfiles import fill_slots, render_hostfile
@@ -38,6 +38,7 @@ from pycli.launch_lines import (
 )
 from pycli.paths import PROJECT_ROOT, cache_dir, new_run_dir
 from pycli.restarts import plan_restart
+from pycli.slurm import SLURM, choose_scheduler
 
 CONTAINER_PLAYBOOK = PROJECT_ROOT / "playbooks" / "job_container.yml"
 
@@ -105,6 +106,13 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
         raise BadInput(f"--min-np {request.min_np}: give a number of ranks from 1 to --np {np}")
     if request.max_restarts and request.container is not None:
         raise BadInput("--max-restarts does not work with --docker yet: restart the job with --resume")
+    scheduler = choose_scheduler(request.scheduler, cluster.has_slurm)
+    if scheduler == SLURM:
+        unsupported = {"--docker": request.container is not None, "--max-restarts": bool(request.max_restarts),
+                       "--elastic": request.elastic, "--autotune": request.autotune}
+        if given := [flag for flag, used in unsupported.items() if used]:
+            raise BadInput(f"{', '.join(given)} do(es) not work through Slurm yet; add --scheduler ssh to start the job "
+                           "over SSH (outside the queue)")
     if request.threads_per_rank is not None and request.threads_per_rank < 1:
         raise BadInput(f"--threads-per-rank {request.threads_per_rank}: give the CPU threads of each rank, 1 or more")
     for setting in request.env:
@@ -141,7 +149,7 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
         elastic_restarts=(request.max_restarts or DEFAULT_ELASTIC_RESTARTS) if request.elastic else 0,
         data_digest=content_digest(data_dir) if needs_data and data_dir is not None else None,
         jobs_kept=jobs_kept(cluster.settings.get(JOBS_KEPT_VAR)),
-        nodes_share_cpus=cluster.nodes_share_cpus,
+        nodes_share_cpus=cluster.nodes_share_cpus, slurm=scheduler == SLURM,
     )
 
 
@@ -275,7 +283,12 @@ def run_job(
 
     if request.data_dir is None and workload_needs_data(request.workload):
         request = replace(request, data_dir=digits_dataset(cache_dir()))
-    plan = plan_job(cluster, request, layout=layout_of(cluster), job_id=new_job_id())
+    plan = plan_job(cluster, request, layout=layout_of(cluster), job_id=new_job_id())  # bad input before any node
+    slurm_nodes: dict[str, slurm.NodeState] = {}
+    if plan.slurm:  # the nodes Slurm will not start a job on (its health check drained them) are left out
+        slurm_nodes = slurm_jobs.node_states(cluster)
+        if (usable := slurm_jobs.without_unavailable(cluster, slurm_nodes, write)) is not cluster:
+            plan = plan_job(usable, request, layout=layout_of(usable), job_id=plan.job_id)
     inventory = cluster.inventory_path
     container = plan.request.container
     run_dir = run_dir or new_run_dir("train")
@@ -284,6 +297,7 @@ def run_job(
     if plan.elastic_min_np is not None:
         how += f" --elastic (going on with at least {plan.elastic_min_np} rank(s))"
     inside = f" inside {container.image} containers" if container else ""
+    inside += " through Slurm's queue" if plan.slurm else ""
     write(f"pycli: job {plan.job_id}: {plan.np} process(es) on {', '.join(h.name for h in plan.hosts)} "
           f"via {how}{inside}; run folder {run_dir}")
     container_files = None
@@ -307,8 +321,13 @@ def run_job(
             write(f"pycli: job containers up on {', '.join(h.name for h in plan.hosts)} "
                   f"(sshd on port {container.ssh_port}) in {time.monotonic() - up:.0f} s")
         started = time.monotonic()  # the job's own time, as without containers
-        ended = run_processes(plan, write, request.time_limit_s)
-        for number in range(1, 0 if plan.restarts_by_agents else request.max_restarts + 1):
+        if plan.slurm:
+            ended, slurm_id = slurm_jobs.run_slurm(plan, slurm_nodes, run_dir, write)
+            with (run_dir / "job.txt").open("a") as record:
+                record.write(f"slurm job {slurm_id}\n")
+        else:
+            ended = run_processes(plan, write, request.time_limit_s)
+        for number in range(1, 0 if plan.restarts_by_agents or plan.slurm else request.max_restarts + 1):
             if ended.code in (0, EXIT_INTERRUPTED) or ended.timed_out:
                 break
             # Ask first, so a node that is gone costs one SSH timeout, not an Ansible one too.

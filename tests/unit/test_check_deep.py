@@ -149,7 +149,7 @@ def test_fence_drains_the_suspects_with_their_figures(tmp_path, monkeypatch):
     inventory = tmp_path / "c.ini"
     inventory.write_text("[nodes]\nnode1 ansible_host=10.9.0.1\nnode2 ansible_host=10.9.0.2\nnode3 ansible_host=10.9.0.3\n")
     cluster = with_drained(load_cluster(inventory))
-    fenced = drain_suspects(cluster, {"node3": "compute 0.22 of the median"})
+    fenced = drain_suspects(cluster, {"node3": "compute 0.22 of the median"}, print)
     assert len(fenced) == 1 and fenced[0].startswith("node3 (pycli check --deep: compute 0.22 of the median; since ")
     assert [e.node for e in with_drained(load_cluster(inventory)).drained] == ["node3"]
 

@@ -177,3 +177,26 @@ def test_provision_refuses_forks_below_one_in_one_line(argv, environ, message, t
     err = capsys.readouterr().err
     assert err == f"pycli: error: {message}\n"
     assert not (tmp_path / "runs").exists()  # refused before any run folder
+
+
+SLURM_INVENTORY = INVENTORY + "[slurm_controller]\nn1\n"
+
+
+@pytest.mark.parametrize(("inventory", "argv", "message"), [
+    (INVENTORY, ["train", "--np", "2", "--scheduler", "slurm"],
+     "--scheduler slurm: this inventory has no Slurm; add a [slurm_controller] group naming one node"),
+    (INVENTORY, ["train", "--np", "2", "--scheduler", "pbs"], "unknown --scheduler 'pbs'; use one of slurm, ssh"),
+    (SLURM_INVENTORY, ["train", "--np", "2", "--scheduler", "pbs"], "unknown --scheduler 'pbs'"),
+    (SLURM_INVENTORY, ["train", "--np", "2", "--max-restarts", "1"],
+     "--max-restarts do(es) not work through Slurm yet; add --scheduler ssh"),
+    (INVENTORY, ["jobs"], "this inventory has no Slurm"),
+    (SLURM_INVENTORY, ["jobs", "--since", "now -1days"], "--since 'now -1days': give one time as sacct -S takes it"),
+    (INVENTORY + "[slurm_controller]\nn9\n", ["jobs"], "slurm controller 'n9' (group 'slurm_controller') is not in group 'nodes'"),
+])
+def test_slurm_bad_input_is_one_line_and_exit_2(inventory, argv, message, tmp_path, capsys):
+    path = tmp_path / "hosts.ini"
+    path.write_text(inventory)
+    assert main([*argv, "-i", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert err.startswith("pycli: error: ") and err.count("\n") == 1

@@ -1,0 +1,296 @@
+"""The one place that knows Slurm's command lines and output: what pycli asks of slurmctld
+(sbatch, squeue, sacct, sinfo, scontrol, scancel) and how it reads the answers. Pure: the
+commands run on a node over SSH (pycli.slurm_jobs, pycli.cli_jobs, pycli.drained's callers),
+and the parsers are tested on Slurm 22.05's own output.
+
+pycli's node names are Slurm's: the slurm role writes one NodeName per inventory host, named
+as the inventory names it (roles/slurm).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pycli.errors import BadInput
+
+# `pycli train --scheduler`: through Slurm's queue, or started over SSH as without Slurm.
+SLURM, SSH = "slurm", "ssh"
+SCHEDULERS = (SLURM, SSH)
+# The job name every job pycli submits carries (squeue, sacct): "pycli-<workload>".
+JOB_NAME_PREFIX = "pycli-"
+# sacct's fields `pycli jobs` shows, in this order (-P: separated by '|', no padding).
+SACCT_FIELDS = ("JobID", "JobName", "User", "State", "ExitCode", "Submit", "Start", "Elapsed", "NodeList", "Reason")
+SQUEUE_FORMAT = "%i|%j|%u|%T|%r|%D|%N|%B"
+# Node states a job cannot start on (sinfo's long names, lower case, flags after '+' dropped).
+UNAVAILABLE = ("down", "drained", "draining", "fail", "failing", "future", "inval", "maint", "not_responding",
+               "power_down", "powered_down", "reboot_issued", "unknown")
+FINISHED_STATES = ("BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
+                   "PREEMPTED", "TIMEOUT")
+
+
+def choose_scheduler(asked: str | None, has_slurm: bool) -> str:
+    """The scheduler a job goes through: the one asked for, else Slurm where the inventory has it."""
+    if asked is None:
+        return SLURM if has_slurm else SSH
+    if asked not in SCHEDULERS:
+        raise BadInput(f"unknown --scheduler {asked!r}; use one of {', '.join(SCHEDULERS)}")
+    if asked == SLURM and not has_slurm:
+        raise BadInput("--scheduler slurm: this inventory has no Slurm; add a [slurm_controller] group naming one node "
+                       "(or write it with 'pycli inventory new --slurm' / 'pycli cluster up --slurm') and run "
+                       "'pycli provision' again")
+    return asked
+
+
+def time_limit(seconds: float) -> str:
+    """sbatch --time as hours:minutes:seconds, rounded up to a whole second."""
+    whole = max(1, math.ceil(seconds))
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+
+
+@dataclass(frozen=True)
+class BatchJob:
+    """What one sbatch script asks Slurm for and runs: built by pycli.slurm_jobs from a job's plan."""
+
+    name: str  # the job's name in the queue
+    nodes: tuple[str, ...]  # exactly these nodes, the plan's (the job's files are staged there)
+    tasks_per_node: int  # the most ranks the plan puts on one node: what Slurm reserves on each
+    workdir: str  # the job's folder on every node
+    output: str  # where the batch step writes the job's output, on the first node of the allocation
+    steps: tuple[tuple[str, str], ...]  # (node, shell line): one line, or one per node (torchrun)
+    time_limit_s: float | None = None
+    gpus_per_node: int = 0  # gres gpu per node: one per rank on GPU nodes
+    comment: str = ""  # the pycli job id, kept in Slurm's accounting (sacct -o Comment)
+
+
+def sbatch_script(job: BatchJob) -> str:
+    """The batch script: readable, and submittable by hand (`sbatch FILE` on a node)."""
+    options = [
+        f"--job-name={job.name}",
+        f"--nodes={len(job.nodes)}",
+        f"--nodelist={','.join(job.nodes)}",
+        f"--ntasks-per-node={job.tasks_per_node}",
+        f"--chdir={job.workdir}",
+        f"--output={job.output}",
+    ]
+    if job.gpus_per_node:
+        options.append(f"--gres=gpu:{job.gpus_per_node}")
+    if job.time_limit_s is not None:
+        options.append(f"--time={time_limit(job.time_limit_s)}")
+    if job.comment:
+        options.append(f"--comment={job.comment}")
+    lines = [
+        "#!/bin/bash",
+        "# Written by 'pycli train'; submit it again by hand from any node with 'sbatch THIS_FILE'.",
+        "# The job's files are in its folder on each node listed (pycli staged them there).",
+        *(f"#SBATCH {shlex.quote(option)}" for option in options),
+        "set -u",
+        "echo \"pycli: Slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST\"",
+    ]
+    if len(job.steps) == 1:
+        lines.append(job.steps[0][1])
+    else:
+        # One launcher per node (torchrun): one task per node, each running its node's own line.
+        cases = "".join(f"  {shlex.quote(node)}) {line} ;;\n" for node, line in job.steps)
+        per_node = f'case "$SLURMD_NODENAME" in\n{cases}  *) echo "no line for $SLURMD_NODENAME" >&2; exit 2 ;;\nesac'
+        lines.append(f"srun --ntasks-per-node=1 --ntasks={len(job.steps)} --kill-on-bad-exit=1 bash -c {shlex.quote(per_node)}")
+    return "\n".join(lines) + "\n"
+
+
+def submit_command(workdir: str) -> str:
+    """sbatch reading the script from stdin, in the job's folder; prints the job id alone."""
+    return f"cd {shlex.quote(workdir)} && sbatch --parsable"
+
+
+def parse_job_id(stdout: str) -> str:
+    """The job id from `sbatch --parsable` ("ID" or "ID;CLUSTER")."""
+    for line in stdout.splitlines():
+        first = line.strip().split(";")[0]
+        if first.isdigit():
+            return first
+    raise ValueError(f"sbatch printed no job id: {stdout.strip()[:200]!r}")
+
+
+def cancel_command(job_id: str) -> str:
+    return f"scancel {shlex.quote(job_id)}"
+
+
+def watch_command(job_id: str, interval_s: float = 1.0) -> str:
+    """On a node: a line "@@slurm STATE|REASON|BATCHHOST|NODES" at every change while the job
+    is in the queue, then "@@slurm gone"."""
+    quoted = shlex.quote(job_id)
+    return (f"last=; while s=$(squeue -h -j {quoted} -o '%T|%r|%B|%N' 2>/dev/null) && [ -n \"$s\" ]; do "
+            f"[ \"$s\" != \"$last\" ] && echo \"@@slurm $s\" && last=$s; sleep {interval_s:g}; done; echo '@@slurm gone'")
+
+
+@dataclass(frozen=True)
+class QueueState:
+    state: str  # PENDING, RUNNING, COMPLETING, ...
+    reason: str  # why pending (Resources, Priority, ReqNodeNotAvail, ...) or "None"
+    batch_host: str  # the node running the batch script (empty while pending)
+    nodes: str  # the allocation (empty while pending)
+
+
+def parse_watch_line(line: str) -> QueueState | None:
+    """A watch_command line; None for "gone" or anything else."""
+    if not line.startswith("@@slurm ") or line.strip() == "@@slurm gone":
+        return None
+    parts = line[len("@@slurm "):].strip().split("|")
+    if len(parts) != 4:
+        return None
+    state, reason, batch_host, nodes = parts
+    return QueueState(state, reason, "" if batch_host in ("n/a", "(null)") else batch_host, nodes)
+
+
+def output_command(path: str, job_id: str, interval_s: float = 1.0) -> str:
+    """On the batch host: the job's output file from its first line, followed until the job
+    has left the queue (and a moment more for the last lines)."""
+    quoted = shlex.quote(job_id)
+    return (f"tail -n +1 -F {shlex.quote(path)} 2>/dev/null & t=$!; "
+            f"while [ -n \"$(squeue -h -j {quoted} -o %T 2>/dev/null)\" ]; do sleep {interval_s:g}; done; "
+            "sleep 1; kill $t; wait $t 2>/dev/null; exit 0")
+
+
+def sacct_command(job_ids: Sequence[str] = (), *, since: str | None = None, all_users: bool = True) -> str:
+    """sacct's allocations (no steps), '|'-separated, the fields of SACCT_FIELDS."""
+    words = ["sacct", "-X", "-n", "-P", "-o", ",".join(SACCT_FIELDS)]
+    if job_ids:
+        words += ["-j", ",".join(job_ids)]
+    if since:
+        words += ["-S", since]
+    if all_users:
+        words.append("-a")
+    return " ".join(shlex.quote(word) for word in words)
+
+
+@dataclass(frozen=True)
+class AccountedJob:
+    """One job as sacct keeps it."""
+
+    job_id: str
+    name: str
+    user: str
+    state: str  # COMPLETED, FAILED, CANCELLED, TIMEOUT, ...; "CANCELLED by 0" shortened to CANCELLED
+    exit_code: int
+    signal: int
+    submit: str
+    start: str
+    elapsed: str
+    nodes: str
+    reason: str
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+    def as_json(self) -> dict[str, object]:
+        return {"job_id": self.job_id, "name": self.name, "user": self.user, "state": self.state,
+                "exit_code": self.exit_code, "signal": self.signal, "submit": self.submit, "start": self.start,
+                "elapsed": self.elapsed, "nodes": self.nodes, "reason": self.reason}
+
+
+def parse_sacct(stdout: str) -> list[AccountedJob]:
+    """Lines of sacct_command's output; lines that are not a job's are left out."""
+    jobs = []
+    for line in stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) != len(SACCT_FIELDS) or not re.match(r"^\d+", parts[0]):
+            continue
+        values = dict(zip(SACCT_FIELDS, parts, strict=True))
+        code, _, signal = values["ExitCode"].partition(":")
+        jobs.append(AccountedJob(
+            job_id=values["JobID"], name=values["JobName"], user=values["User"],
+            state=values["State"].split()[0] if values["State"] else "", exit_code=int(code) if code.isdigit() else 0,
+            signal=int(signal) if signal.isdigit() else 0, submit=values["Submit"], start=values["Start"],
+            elapsed=values["Elapsed"], nodes=values["NodeList"], reason=values["Reason"],
+        ))
+    return jobs
+
+
+def squeue_command() -> str:
+    return f"squeue -h -o {shlex.quote(SQUEUE_FORMAT)}"
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    job_id: str
+    name: str
+    user: str
+    state: str
+    reason: str
+    node_count: int
+    nodes: str
+    batch_host: str
+
+    def as_json(self) -> dict[str, object]:
+        return {"job_id": self.job_id, "name": self.name, "user": self.user, "state": self.state, "reason": self.reason,
+                "node_count": self.node_count, "nodes": self.nodes}
+
+
+def parse_squeue(stdout: str) -> list[QueuedJob]:
+    jobs = []
+    for line in stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) != 8 or not parts[0].strip():
+            continue
+        job_id, name, user, state, reason, count, nodes, batch = parts
+        jobs.append(QueuedJob(job_id, name, user, state, reason, int(count) if count.isdigit() else 0, nodes, batch))
+    return jobs
+
+
+# sinfo, one line per node: name, state (long), reason, GRES; '|' cannot be in any of them but the reason.
+SINFO_NODES_COMMAND = "sinfo -h -N -o '%N|%T|%G|%E'"
+
+
+@dataclass(frozen=True)
+class NodeState:
+    node: str
+    state: str  # sinfo's long state, lower case: idle, allocated, mixed, drained, draining, down, ...
+    gpus: int  # gres gpu:N of the node
+    reason: str  # why drained or down ("none" otherwise)
+
+    @property
+    def available(self) -> bool:
+        """Jobs can start on it (its state names none of UNAVAILABLE)."""
+        base = self.state.rstrip("*~#!%$@^-").split("+")[0]
+        return base not in UNAVAILABLE and not self.state.endswith("*")
+
+
+def _gres_gpus(gres: str) -> int:
+    """The GPU count of a gres string such as "gpu:8", "gpu:h100:8(S:0-1)" or "(null)"."""
+    count = 0
+    for item in gres.split(","):
+        fields = item.split("(")[0].split(":")
+        if fields[0] == "gpu" and len(fields) >= 2 and fields[-1].isdigit():
+            count += int(fields[-1])
+    return count
+
+
+def parse_sinfo_nodes(stdout: str) -> dict[str, NodeState]:
+    """Nodes by name from SINFO_NODES_COMMAND (a node in two partitions is listed once)."""
+    nodes: dict[str, NodeState] = {}
+    for line in stdout.splitlines():
+        parts = line.split("|", 3)
+        if len(parts) != 4 or not parts[0].strip():
+            continue
+        name, state, gres, reason = (part.strip() for part in parts)
+        nodes.setdefault(name, NodeState(name, state.lower(), _gres_gpus(gres), reason))
+    return nodes
+
+
+def drain_command(nodes: Sequence[str], reason: str) -> str:
+    """Slurm's DRAIN with pycli's reason: running jobs finish, no new one starts there."""
+    return (f"scontrol update nodename={shlex.quote(','.join(nodes))} state=drain "
+            f"reason={shlex.quote(reason or 'drained by pycli')}")
+
+
+def resume_command(nodes: Sequence[str]) -> str:
+    return f"scontrol update nodename={shlex.quote(','.join(nodes))} state=resume"
+
+
+def unavailable(states: Mapping[str, NodeState], names: Sequence[str]) -> list[NodeState]:
+    """Those of `names` Slurm will not start a job on, in the order given."""
+    return [states[name] for name in names if name in states and not states[name].available]

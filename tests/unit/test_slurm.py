@@ -1,0 +1,116 @@
+"""pycli.slurm: the scheduler choice, the batch script and Slurm's answers as pycli reads them."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from pycli import slurm
+from pycli.errors import BadInput
+
+
+def test_the_default_is_slurm_where_the_inventory_has_it():
+    assert slurm.choose_scheduler(None, True) == "slurm"
+    assert slurm.choose_scheduler(None, False) == "ssh"
+    assert slurm.choose_scheduler("ssh", True) == "ssh"
+
+
+@pytest.mark.parametrize("asked, has, fragment", [
+    ("pbs", True, "unknown --scheduler 'pbs'; use one of slurm, ssh"),
+    ("slurm", False, "this inventory has no Slurm; add a [slurm_controller] group"),
+])
+def test_bad_schedulers_are_one_line(asked, has, fragment):
+    with pytest.raises(BadInput) as caught:
+        slurm.choose_scheduler(asked, has)
+    assert fragment in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("seconds, text", [(30, "0:00:30"), (59.2, "0:01:00"), (3661, "1:01:01"), (0.1, "0:00:01")])
+def test_time_limit(seconds, text):
+    assert slurm.time_limit(seconds) == text
+
+
+def _job(**changes) -> slurm.BatchJob:
+    values = dict(name="pycli-mnist", nodes=("node1", "node2"), tasks_per_node=4, workdir="/srv/pycli/jobs/j1",
+                  output="/srv/pycli/jobs/j1/slurm-%j.out", steps=(("node1", "cd /srv/pycli/jobs/j1 && horovodrun -np 8"),),
+                  time_limit_s=90, comment="pycli job j1")
+    values.update(changes)
+    return slurm.BatchJob(**values)
+
+
+def test_the_script_asks_for_the_plans_nodes_and_runs_its_line():
+    script = slurm.sbatch_script(_job())
+    assert script.startswith("#!/bin/bash\n")
+    for line in ["#SBATCH --job-name=pycli-mnist", "#SBATCH --nodes=2", "#SBATCH --nodelist=node1,node2",
+                 "#SBATCH --ntasks-per-node=4", "#SBATCH --chdir=/srv/pycli/jobs/j1",
+                 "#SBATCH --output=/srv/pycli/jobs/j1/slurm-%j.out", "#SBATCH --time=0:01:30",
+                 "#SBATCH '--comment=pycli job j1'", "cd /srv/pycli/jobs/j1 && horovodrun -np 8"]:
+        assert line + "\n" in script
+    assert "--gres" not in script and "srun" not in script
+    assert "--gres=gpu:4" in slurm.sbatch_script(_job(gpus_per_node=4))
+
+
+def test_one_launcher_per_node_runs_its_nodes_line_under_srun(tmp_path):
+    steps = (("node1", "echo first 'quoted'"), ("node2", "echo second"))
+    script = slurm.sbatch_script(_job(steps=steps))
+    srun_line = script[script.index("\nsrun ") + 1:].rstrip("\n")
+    assert srun_line.startswith("srun --ntasks-per-node=1 --ntasks=2 --kill-on-bad-exit=1 bash -c ")
+    # What each node's task runs: its own line, chosen by the name slurmd gives it.
+    inner = srun_line.split(" bash -c ", 1)[1]
+    for node, said in [("node1", "first quoted"), ("node2", "second"), ("node3", "")]:
+        ran = subprocess.run(["bash", "-c", f"bash -c {inner}"], env={"SLURMD_NODENAME": node, "PATH": "/usr/bin:/bin"},
+                             capture_output=True, text=True)
+        assert ran.stdout.strip() == said
+        assert ran.returncode == (2 if node == "node3" else 0)
+
+
+def test_job_id_from_sbatch_parsable():
+    assert slurm.parse_job_id("42\n") == "42"
+    assert slurm.parse_job_id("43;cluster_a\n") == "43"
+    with pytest.raises(ValueError):
+        slurm.parse_job_id("sbatch: error: Batch job submission failed\n")
+
+
+def test_watch_lines():
+    assert slurm.parse_watch_line("@@slurm PENDING|Resources|n/a|") == slurm.QueueState("PENDING", "Resources", "", "")
+    assert slurm.parse_watch_line("@@slurm RUNNING|None|node1|node[1-2]") == slurm.QueueState(
+        "RUNNING", "None", "node1", "node[1-2]")
+    assert slurm.parse_watch_line("@@slurm gone") is None
+    assert slurm.parse_watch_line("epoch 1 loss 0.3") is None
+
+
+SACCT = """\
+2|pycli-mnist|root|COMPLETED|0:0|2026-11-26T12:40:01|2026-11-26T12:40:01|00:00:41|node[1-2]|None
+3|pycli-mnist|root|CANCELLED by 0|0:0|2026-11-26T12:41:00|2026-11-26T12:41:02|00:00:09|node[1-2]|None
+4|pycli-ddp|alice|FAILED|1:0|2026-11-26T12:42:00|2026-11-26T12:42:01|00:00:05|node1|NonZeroExitCode
+5|hostname|root|PENDING|0:0|2026-11-26T12:43:00|Unknown|00:00:00|None assigned|Resources
+"""
+
+
+def test_sacct_lines():
+    jobs = slurm.parse_sacct(SACCT)
+    assert [(j.job_id, j.state, j.exit_code, j.finished) for j in jobs] == [
+        ("2", "COMPLETED", 0, True), ("3", "CANCELLED", 0, True), ("4", "FAILED", 1, True), ("5", "PENDING", 0, False)]
+    assert jobs[2].user == "alice" and jobs[2].nodes == "node1" and jobs[0].elapsed == "00:00:41"
+    assert slurm.parse_sacct("garbage\n|||\n") == []
+
+
+def test_sacct_command_quotes_what_it_is_given():
+    assert slurm.sacct_command(["7"]) == "sacct -X -n -P -o " + ",".join(slurm.SACCT_FIELDS) + " -j 7 -a"
+    assert "-S 'now-1days; rm -rf /'" in slurm.sacct_command(since="now-1days; rm -rf /")
+
+
+def test_sinfo_nodes_and_what_a_job_can_start_on():
+    nodes = slurm.parse_sinfo_nodes("node1|idle|gpu:8(S:0-1)|none\nnode2|drained|(null)|pycli: ecc errors|x\n"
+                                    "node3|down*|gpu:h100:4|Not responding\nnode4|mixed|(null)|none\nnode1|idle|gpu:8|none\n")
+    assert [(n.node, n.gpus, n.available) for n in nodes.values()] == [
+        ("node1", 8, True), ("node2", 0, False), ("node3", 4, False), ("node4", 0, True)]
+    assert nodes["node2"].reason == "pycli: ecc errors|x"
+    assert [n.node for n in slurm.unavailable(nodes, ["node4", "node3", "node2", "node9"])] == ["node3", "node2"]
+
+
+def test_drain_and_resume_commands_quote_the_reason():
+    assert slurm.drain_command(["node2"], "gpu: Xid 79; it's gone") == (
+        "scontrol update nodename=node2 state=drain reason='gpu: Xid 79; it'\"'\"'s gone'")
+    assert slurm.resume_command(["node1", "node2"]) == "scontrol update nodename=node1,node2 state=resume"
