@@ -1,0 +1,217 @@
+"""pycli's quick node gate, run on the node itself by Slurm (the slurm role installs it with
+pycli/gpu_probe.py and pycli/gpu_reports.py; standard library only, no pycli needed there):
+
+- `health` (slurm.conf HealthCheckProgram, every HealthCheckInterval): the GPU health probe of
+  `pycli check --deep` (ECC, row remaps, Xids, nvidia-smi answering), free disk space and munge.
+  A node that fails is drained with the gate's reason ("pycli health: ..."); a node this gate
+  drained that passes again is resumed. A drain with any other reason (an admin's, pycli's
+  own drained list, the epilog's) is never undone here.
+- `prolog` (Prolog, on every node of a job as it is allocated): the GPU probe alone, inside the
+  hard time limit the role gives it. A failure drains the node with the reason and exits 1, and
+  Slurm puts the job back in the queue.
+- `epilog` (Epilog, on every node of a job as it ends): every process the job left behind (its
+  environment names the job's SLURM_JOB_ID) is stopped, TERM and then KILL; one that survives
+  drains the node, so no next job shares it with a stuck rank.
+
+Run as `python3 -m pycli.node_gate MODE --node NAME ...`; each mode prints one line and exits 0
+(healthy) or 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+from pycli.gpu_probe import evaluate_node, health_command, split_sections
+
+# The reasons this gate gives Slurm start so; `health` resumes only nodes drained with them.
+HEALTH_PREFIX = "pycli health: "
+PROLOG_PREFIX = "pycli prolog: "
+EPILOG_PREFIX = "pycli epilog: "
+# Slurm keeps a reason of up to this many characters readable in sinfo.
+MAX_REASON = 200
+PROBE_TIMEOUT_S = 60
+KILL_WAIT_S = 10
+
+
+def gpu_problems(run: Callable[[str, float], tuple[int, str]], node: str) -> tuple[list[str], list[str]]:
+    """(problems, notes) of the GPU probe; none on a node without nvidia-smi."""
+    rc, out = run(health_command(0), PROBE_TIMEOUT_S)
+    found = evaluate_node(node, split_sections(out), 0)
+    if found is None:
+        return ([], []) if rc == 0 else ([f"the GPU probe failed (exit {rc})"], [])
+    # The kernel log unread is unknown, not unhealthy: said, never a reason to drain.
+    return list(found.problems), list(found.unread)
+
+
+def disk_problems(paths: Sequence[str], min_free_gib: float) -> list[str]:
+    problems = []
+    for path in paths:
+        try:
+            free = shutil.disk_usage(path).free / 2**30
+        except OSError as exc:
+            problems.append(f"{path}: {exc.strerror or exc}")
+            continue
+        if free < min_free_gib:
+            problems.append(f"{path}: {free:.1f} GiB free, below {min_free_gib:g} GiB")
+    return problems
+
+
+def munge_problems(run: Callable[[str, float], tuple[int, str]]) -> list[str]:
+    rc, out = run("munge -n | unmunge", 10)
+    if rc == 0:
+        return []
+    last = [line.strip() for line in out.splitlines() if line.strip()][-1:] or [f"exit {rc}"]
+    return [f"munge does not work: {last[0]}"]
+
+
+def reason(prefix: str, problems: Sequence[str]) -> str:
+    """Slurm's reason: the prefix, the problems in one line, shortened to MAX_REASON."""
+    text = prefix + "; ".join(" ".join(problem.split()) for problem in problems)
+    return text if len(text) <= MAX_REASON else text[:MAX_REASON - 3].rstrip() + "..."
+
+
+def node_reason(run: Callable[[str, float], tuple[int, str]], node: str) -> tuple[bool, str]:
+    """(drained, its reason) as slurmctld has the node now."""
+    rc, out = run(f"scontrol show node -o {node}", 15)
+    if rc != 0:
+        return False, ""
+    words = out.strip()
+    drained = any(word.startswith("State=") and "DRAIN" in word for word in words.split())
+    said = words.split(" Reason=", 1)[1] if " Reason=" in words else ""
+    return drained, said.rsplit(" [", 1)[0].strip()  # "Reason=why [root@2026-11-26T10:00:00]"
+
+
+def shell(command: str, timeout_s: float) -> tuple[int, str]:
+    try:
+        done = subprocess.run(["/bin/sh", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return 124, f"timed out after {timeout_s:g} s"
+    return done.returncode, done.stdout.decode(errors="replace")
+
+
+def set_state(run: Callable[[str, float], tuple[int, str]], node: str, state: str, why: str = "") -> None:
+    words = ["scontrol", "update", f"nodename={node}", f"state={state}"]
+    if why:
+        words.append(f"reason={why}")
+    rc, out = run(" ".join(_quote(word) for word in words), 15)
+    if rc != 0:
+        print(f"pycli node gate: {' '.join(words[:4])} failed: {out.strip()}", file=sys.stderr)
+
+
+def _quote(word: str) -> str:
+    return "'" + word.replace("'", "'\"'\"'") + "'"
+
+
+def health(node: str, paths: Sequence[str], min_free_gib: float, run=shell) -> int:
+    problems, notes = gpu_problems(run, node)
+    problems += disk_problems(paths, min_free_gib) + munge_problems(run)
+    drained, said = node_reason(run, node)
+    if problems:
+        why = reason(HEALTH_PREFIX, problems)
+        if not (drained and said == why):
+            set_state(run, node, "drain", why)
+        print(why)
+        return 1
+    if drained and said.startswith(HEALTH_PREFIX):
+        set_state(run, node, "resume")
+        print(f"pycli health: healthy again; resumed (was: {said})")
+        return 0
+    print("pycli health: healthy" + (f" ({'; '.join(notes)})" if notes else ""))
+    return 0
+
+
+def prolog(node: str, run=shell) -> int:
+    problems, _ = gpu_problems(run, node)
+    if not problems:
+        return 0
+    why = reason(PROLOG_PREFIX, problems)
+    set_state(run, node, "drain", why)
+    print(why, file=sys.stderr)
+    return 1
+
+
+def job_processes(job_id: str, spare: set[int]) -> list[int]:
+    """Processes whose environment names SLURM_JOB_ID=job_id, but those in `spare`."""
+    wanted = f"SLURM_JOB_ID={job_id}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in spare:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                if wanted in environ.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:  # gone meanwhile, or a kernel thread
+            continue
+    return found
+
+
+def _ancestors() -> set[int]:
+    """This process and its parents: the epilog's own chain carries the job's id too."""
+    chain, pid = set(), os.getpid()
+    while pid > 1 and pid not in chain:
+        chain.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                pid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return chain
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def epilog(node: str, job_id: str, run=shell, wait_s: float = KILL_WAIT_S) -> int:
+    spare = _ancestors()
+    left = job_processes(job_id, spare)
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        for pid in left:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait_s
+        while (left := [pid for pid in left if _alive(pid)]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if not left:
+            return 0
+    why = reason(EPILOG_PREFIX, [f"{len(left)} process(es) of job {job_id} survive SIGKILL: {' '.join(map(str, left[:10]))}"])
+    set_state(run, node, "drain", why)
+    print(why, file=sys.stderr)
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m pycli.node_gate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("mode", choices=("health", "prolog", "epilog"))
+    parser.add_argument("--node", required=True, help="this node's Slurm name (NodeName)")
+    parser.add_argument("--path", action="append", default=[], help="health: a file system that must have free space")
+    parser.add_argument("--min-free-gib", type=float, default=1.0, help="health: the least free space on each --path")
+    args = parser.parse_args(argv)
+    if args.mode == "health":
+        return health(args.node, args.path, args.min_free_gib)
+    if args.mode == "prolog":
+        return prolog(args.node)
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    if not job_id.isdigit():
+        print("pycli epilog: no SLURM_JOB_ID in the environment; Slurm runs the epilog with it", file=sys.stderr)
+        return 2
+    return epilog(args.node, job_id)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
