@@ -185,6 +185,11 @@ LOCAL_BED_VARS: dict[str, object] = {
     ],
     # The nodes share this machine's cores: measured at once they would measure the scheduler.
     SHARED_CPUS_VAR: True,
+    # Slurm (role slurm, with --slurm): containers have no delegated cgroup tree for Slurm's cgroup
+    # plugins, and each node runs `slots` ranks on the machine's shared cores.
+    "slurm_cgroup": False,
+    "slurm_node_cpus": "{{ slots }}",
+    "slurm_slurmd_parameters": ["config_overrides"],
 }
 LOCAL_BED_COMMENTS = {
     "openmpi_version": "Test bed: Open MPI from Debian's mirror (see pycli/local_plan.py for the checksum's source).",
@@ -194,6 +199,8 @@ LOCAL_BED_COMMENTS = {
     "pycli_job_container_network": "Test bed: train --docker containers stay in their node's network (real hosts: host).",
     "pycli_job_container_options": "Test bed: what a host network gives a container, its node's name and address.",
     SHARED_CPUS_VAR: "Test bed: the nodes share this machine's cores, so check --deep measures one node or pair at a time.",
+    "slurm_cgroup": ("Test bed: Slurm without its cgroup plugins (no delegated cgroup tree in a container), "
+                     "`slots` CPUs per node, slurmd registering with slurm.conf's figures (config_overrides)."),
 }
 
 

@@ -1,0 +1,49 @@
+"""What is wrong with the nodes as slurmctld sees them: the role's wait and its verify step.
+
+`sinfo -N -h -o '%N|%T|%c|%E'` prints one line per node and partition: name, state (a `*`
+suffix: not responding), CPUs and the reason it is down or drained. A node drained by a
+person (or by pycli's gates) keeps its state; a node Slurm itself drained because it
+registered with less than slurm.conf says is a configuration problem the role made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+SINFO_FORMAT = "%N|%T|%c|%E"
+BAD_STATES = frozenset({"down", "unknown", "fail", "failing", "future", "inval"})
+DRAIN_STATES = frozenset({"drained", "draining", "drain"})
+# Reasons slurmctld gives when a node registers with less than its NodeName line says.
+CONFIG_REASONS = ("Low RealMemory", "Low socket*core*thread count", "Low CPUs", "gres/", "Node unexpectedly rebooted")
+
+
+def slurm_node_problems(sinfo_stdout: str, expected: Mapping[str, object]) -> list[str]:
+    """One line per node of `expected` (name -> CPUs in slurm.conf) that is not fit to run jobs."""
+    seen: dict[str, tuple[str, str, str]] = {}
+    for line in sinfo_stdout.splitlines():
+        fields = line.strip().split("|", 3)
+        if len(fields) == 4 and fields[0]:
+            name, state, cpus, reason = fields
+            seen.setdefault(name, (state.strip().lower(), cpus.strip(), reason.strip()))
+    problems = []
+    for name, want_cpus in expected.items():
+        if name not in seen:
+            problems.append(f"{name}: not in sinfo (not in slurmctld's slurm.conf)")
+            continue
+        state, cpus, reason = seen[name]
+        base = state.rstrip("*~#!%$@^-+")
+        why = f" ({reason})" if reason and reason != "none" else ""
+        if state.endswith("*"):
+            problems.append(f"{name}: {state}, slurmd does not answer slurmctld{why}")
+        elif base in BAD_STATES:
+            problems.append(f"{name}: {state}{why}")
+        elif base in DRAIN_STATES and reason.startswith(CONFIG_REASONS):
+            problems.append(f"{name}: {state} by Slurm: the node has less than slurm.conf says{why}")
+        elif cpus != str(want_cpus):
+            problems.append(f"{name}: {cpus} CPUs, slurm.conf says {want_cpus}")
+    return problems
+
+
+class FilterModule:
+    def filters(self):
+        return {"slurm_node_problems": slurm_node_problems}

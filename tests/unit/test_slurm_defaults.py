@@ -1,0 +1,90 @@
+"""The slurm role's defaults and its node check (filter_plugins/slurm_nodes.py), on recorded sinfo output."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROLES = Path(__file__).resolve().parents[2] / "roles"
+ROLE = ROLES / "slurm"
+
+
+def _defaults(role: str) -> dict:
+    return yaml.safe_load((ROLES / role / "defaults" / "main.yml").read_text())
+
+
+def _render(expression: str, **variables) -> str:
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    return Templar(loader=DataLoader(), variables=variables).template(trust_as_template(expression))
+
+
+def _filter():
+    spec = importlib.util.spec_from_file_location("slurm_nodes", ROLE / "filter_plugins" / "slurm_nodes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.slurm_node_problems
+
+
+def test_the_munge_key_folder_is_named_like_the_ssh_trust_key_s():
+    # Two clusters managed from one controller never share a munge key, for the reason they never
+    # share an SSH key: the same name, made the same way.
+    assert _defaults("slurm")["slurm_cluster_name"] == _defaults("ssh_trust")["ssh_trust_cluster_name"]
+
+
+def test_the_secrets_live_in_the_controller_s_state_folder_beside_the_ssh_key():
+    # The same state folder as ssh_trust_key_dir, in a `slurm` folder of its own per cluster.
+    slurm_dir = " ".join(_defaults("slurm")["slurm_secret_dir"].split())
+    ssh_dir = " ".join(_defaults("ssh_trust")["ssh_trust_key_dir"].split())
+    assert slurm_dir == ssh_dir.replace("'/ssh_trust/' ~ ssh_trust_cluster_name", "'/slurm/' ~ slurm_cluster_name")
+
+
+@pytest.mark.parametrize(("name", "clustername"), [
+    ("slurmdev", "slurmdev"), ("molecule-slurm", "molecule_slurm"), ("Prod.Lab-A", "prod_lab_a"),
+    ("prod-3f4a1b2c", "prod_3f4a1b2c"),
+])
+def test_slurm_s_cluster_name_is_lower_case_letters_digits_and_underscores(name, clustername):
+    assert _render(_defaults("slurm")["slurm_clustername"], slurm_cluster_name=name) == clustername
+
+
+EXPECTED = {"node1": 4, "node2": 4}
+
+
+def test_two_idle_nodes_with_their_cpus_have_no_problem():
+    assert _filter()("node1|idle|4|none\nnode2|idle|4|none\n", EXPECTED) == []
+
+
+def test_a_node_listed_in_two_partitions_counts_once():
+    assert _filter()("node1|mixed|4|none\nnode1|mixed|4|none\nnode2|allocated|4|none\n", EXPECTED) == []
+
+
+def test_a_node_missing_from_sinfo_is_named():
+    assert _filter()("node1|idle|4|none\n", EXPECTED) == ["node2: not in sinfo (not in slurmctld's slurm.conf)"]
+
+
+def test_a_node_that_does_not_answer_is_named():
+    problems = _filter()("node1|idle|4|none\nnode2|idle*|4|none\n", EXPECTED)
+    assert len(problems) == 1 and problems[0].startswith("node2: idle*, slurmd does not answer")
+
+
+def test_a_down_or_unknown_node_is_named_with_its_reason():
+    problems = _filter()("node1|unknown*|4|none\nnode2|down|4|Not responding\n", EXPECTED)
+    assert [p.split(":")[0] for p in problems] == ["node1", "node2"]
+    assert "(Not responding)" in problems[1]
+
+
+def test_a_node_slurm_drained_for_less_memory_than_its_line_is_a_problem():
+    problems = _filter()("node1|drained|4|Low RealMemory\nnode2|idle|4|none\n", EXPECTED)
+    assert problems == ["node1: drained by Slurm: the node has less than slurm.conf says (Low RealMemory)"]
+
+
+def test_a_node_a_person_drained_stays_drained_and_passes():
+    assert _filter()("node1|drained|4|fenced by pycli check\nnode2|draining|4|maintenance\n", EXPECTED) == []
+
+
+def test_a_node_with_other_cpus_than_slurm_conf_is_named():
+    assert _filter()("node1|idle|2|none\nnode2|idle|4|none\n", EXPECTED) == ["node1: 2 CPUs, slurm.conf says 4"]
