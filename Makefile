@@ -73,7 +73,7 @@ integration: venv
 	$(BIN)/pytest -q --durations=15 tests/integration
 
 molecule: venv
-	@for scenario in default docker gpu_fixture gpu_adopt; do \
+	@for scenario in default docker gpu_fixture gpu_adopt slurm; do \
 		start=$$(date +%s); $(BIN)/molecule test -s $$scenario || exit 1; \
 		echo "make test: molecule $$scenario took $$(( $$(date +%s) - start )) s"; \
 	done
