@@ -1,4 +1,4 @@
-"""The slurm role's defaults and its node check (filter_plugins/slurm_nodes.py), on recorded sinfo output."""
+"""The slurm role's defaults and the parsers of its filter plugin (filter_plugins/slurm_nodes.py), on recorded output."""
 
 from __future__ import annotations
 
@@ -88,3 +88,45 @@ def test_a_node_a_person_drained_stays_drained_and_passes():
 
 def test_a_node_with_other_cpus_than_slurm_conf_is_named():
     assert _filter()("node1|idle|2|none\nnode2|idle|4|none\n", EXPECTED) == ["node1: 2 CPUs, slurm.conf says 4"]
+
+
+INSTALLED = """slurmd:
+  Installed: 22.05.8-4+deb12u3
+  Candidate: 22.05.8-4+deb12u3
+  Version table:
+ *** 22.05.8-4+deb12u3 500
+        500 http://deb.debian.org/debian bookworm/main amd64 Packages
+        100 /var/lib/dpkg/status
+"""
+NOT_INSTALLED = """slurmd:
+  Installed: (none)
+  Candidate: 23.11.4-1.2ubuntu5
+  Version table:
+     23.11.4-1.2ubuntu5 500
+        500 http://archive.ubuntu.com/ubuntu noble/universe amd64 Packages
+"""
+HELD_BACK = """slurmd:
+  Installed: 21.08.5-2ubuntu1
+  Candidate: 23.11.4-1.2ubuntu5
+  Version table:
+"""
+
+
+def _apt_version():
+    spec = importlib.util.spec_from_file_location("slurm_nodes", ROLE / "filter_plugins" / "slurm_nodes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.slurm_apt_version
+
+
+@pytest.mark.parametrize(("policy", "version"), [
+    (INSTALLED, "22.05.8-4+deb12u3"),
+    (NOT_INSTALLED, "23.11.4-1.2ubuntu5"),
+    # apt keeps an installed package (state: present), so the node keeps running that version.
+    (HELD_BACK, "21.08.5-2ubuntu1"),
+    # No slurmd in apt's lists: apt-cache prints nothing.
+    ("", "(none)"),
+    ("slurmd:\n  Installed: (none)\n  Candidate: (none)\n  Version table:\n", "(none)"),
+])
+def test_the_version_a_node_has_or_would_get(policy, version):
+    assert _apt_version()(policy) == version

@@ -1,4 +1,8 @@
-"""What is wrong with the nodes as slurmctld sees them: the role's wait and its verify step.
+"""What the slurm role reads from Slurm's and apt's output, as pure functions tested on recorded output.
+
+slurm_apt_version: the slurmd version a node has or would get (`apt-cache policy slurmd`), which
+the preflight compares across nodes. slurm_node_problems: what is wrong with the nodes as
+slurmctld sees them, for the role's wait and its verify step.
 
 `sinfo -N -h -o '%N|%T|%c|%E'` prints one line per node and partition: name, state (a `*`
 suffix: not responding), CPUs and the reason it is down or drained. A node drained by a
@@ -8,6 +12,7 @@ registered with less than slurm.conf says is a configuration problem the role ma
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 SINFO_FORMAT = "%N|%T|%c|%E"
@@ -15,6 +20,19 @@ BAD_STATES = frozenset({"down", "unknown", "fail", "failing", "future", "inval"}
 DRAIN_STATES = frozenset({"drained", "draining", "drain"})
 # Reasons slurmctld gives when a node registers with less than its NodeName line says.
 CONFIG_REASONS = ("Low RealMemory", "Low socket*core*thread count", "Low CPUs", "gres/", "Node unexpectedly rebooted")
+
+
+NO_VERSION = "(none)"
+
+
+def slurm_apt_version(policy_stdout: str) -> str:
+    """The installed version (apt keeps it), else the candidate, else "(none)" (no such package in apt's lists).
+
+    `apt-cache policy` run with LC_ALL=C: other locales translate "Installed" and "Candidate".
+    """
+    found = dict(re.findall(r"^\s*(Installed|Candidate): (\S+)\s*$", policy_stdout, flags=re.MULTILINE))
+    installed, candidate = found.get("Installed", NO_VERSION), found.get("Candidate", NO_VERSION)
+    return installed if installed != NO_VERSION else candidate
 
 
 def slurm_node_problems(sinfo_stdout: str, expected: Mapping[str, object]) -> list[str]:
@@ -46,4 +64,4 @@ def slurm_node_problems(sinfo_stdout: str, expected: Mapping[str, object]) -> li
 
 class FilterModule:
     def filters(self):
-        return {"slurm_node_problems": slurm_node_problems}
+        return {"slurm_apt_version": slurm_apt_version, "slurm_node_problems": slurm_node_problems}

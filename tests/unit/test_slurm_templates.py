@@ -1,0 +1,89 @@
+"""The slurm role's slurm.conf and gres.conf, rendered by Ansible's own templating from recorded facts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROLE = Path(__file__).resolve().parents[2] / "roles" / "slurm"
+
+
+def _facts(hostname: str, address: str, cpus: int = 64, memory_mb: int = 515_000) -> dict:
+    return {"ansible_facts": {"hostname": hostname, "default_ipv4": {"address": address},
+                              "memtotal_mb": memory_mb, "processor_vcpus": cpus}}
+
+
+def _render(template: str, host: str, hostvars: dict, **overrides) -> str:
+    """The template as the role's template task writes it on `host` (trim_blocks, like the template module)."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    def trusted(values: dict) -> dict:
+        return {k: trust_as_template(v) if isinstance(v, str) else v for k, v in values.items()}
+
+    variables = {
+        **trusted(yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())),
+        **trusted(yaml.safe_load((ROLE / "vars" / "main.yml").read_text())),
+        "slurm_cluster_name": "Lab-A",
+        "groups": {"nodes": list(hostvars), "slurm_controller": [next(iter(hostvars))]},
+        # The play's hosts in another order than the group's: the file must keep the group's.
+        "ansible_play_hosts": list(reversed(hostvars)),
+        "hostvars": hostvars,
+        "ansible_managed": "Ansible managed",
+        "inventory_hostname": host,
+        **hostvars[host],
+        **overrides,
+    }
+    templar = Templar(loader=DataLoader(), variables=variables).copy_with_new_env(trim_blocks=True)
+    return templar.template(trust_as_template((ROLE / "templates" / template).read_text()))
+
+
+def _gpu_cluster(gpus: int = 8, nvml: bool = False) -> dict:
+    return {
+        name: {**_facts(name, f"10.0.0.{i}"), "_slurm_gpus": str(gpus), "_slurm_cpus": "64", "_slurm_nvml": nvml}
+        for i, name in enumerate(["gpu1", "gpu2"], start=1)
+    }
+
+
+def test_slurm_conf_has_one_line_per_node_with_its_gpus_cpus_and_memory_less_the_reserve():
+    conf = _render("slurm.conf.j2", "gpu2", _gpu_cluster()).splitlines()
+    assert [line for line in conf if line.startswith("NodeName=")] == [
+        "NodeName=gpu1 NodeHostname=gpu1 NodeAddr=10.0.0.1 CPUs=64 RealMemory=513976 Gres=gpu:8 State=UNKNOWN",
+        "NodeName=gpu2 NodeHostname=gpu2 NodeAddr=10.0.0.2 CPUs=64 RealMemory=513976 Gres=gpu:8 State=UNKNOWN",
+    ]
+    assert "SlurmctldHost=gpu1(10.0.0.1)" in conf
+    assert "ClusterName=lab_a" in conf
+    assert "PartitionName=batch Nodes=gpu1,gpu2 Default=YES MaxTime=INFINITE State=UP" in conf
+    assert {"ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup,task/affinity", "GresTypes=gpu",
+            "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core_Memory", "ReturnToService=2",
+            "AccountingStorageType=accounting_storage/slurmdbd"} <= set(conf)
+    assert not any(line.startswith("SlurmdParameters=") for line in conf)
+
+
+def test_every_node_gets_the_same_slurm_conf():
+    cluster = _gpu_cluster()
+    assert _render("slurm.conf.j2", "gpu1", cluster) == _render("slurm.conf.j2", "gpu2", cluster)
+
+
+def test_the_test_bed_runs_without_cgroup_plugins_and_with_its_own_cpu_count():
+    cluster = {name: {**_facts(name, f"172.28.0.{i}", cpus=2), "_slurm_gpus": "0", "_slurm_cpus": "4", "_slurm_nvml": False}
+               for i, name in enumerate(["node1", "node2"], start=11)}
+    conf = _render("slurm.conf.j2", "node1", cluster, slurm_cgroup=False, slurm_slurmd_parameters=["config_overrides"])
+    lines = conf.splitlines()
+    assert {"ProctrackType=proctrack/linuxproc", "TaskPlugin=task/affinity", "JobAcctGatherType=jobacct_gather/linux",
+            "SlurmdParameters=config_overrides"} <= set(lines)
+    assert "NodeName=node1 NodeHostname=node1 NodeAddr=172.28.0.11 CPUs=4 RealMemory=513976 State=UNKNOWN" in lines
+    assert "Gres=" not in conf
+    assert "# node1 has no NVIDIA GPU." in _render("gres.conf.j2", "node1", cluster)
+
+
+@pytest.mark.parametrize(("gpus", "nvml", "line"), [
+    (8, False, "Name=gpu File=/dev/nvidia[0-7]"),
+    (1, False, "Name=gpu File=/dev/nvidia0"),
+    (4, True, "AutoDetect=nvml"),
+])
+def test_gres_conf_names_the_device_files_unless_slurm_has_its_nvml_plugin(gpus, nvml, line):
+    gres = _render("gres.conf.j2", "gpu1", _gpu_cluster(gpus, nvml)).splitlines()
+    assert gres[-1] == line
