@@ -190,6 +190,8 @@ LOCAL_BED_VARS: dict[str, object] = {
     "slurm_cgroup": False,
     "slurm_node_cpus": "{{ slots }}",
     "slurm_slurmd_parameters": ["config_overrides"],
+    # Slurm's health check every 20 s rather than 5 min: a planted fault drains a node within a test.
+    "slurm_health_check_interval": 20,
 }
 LOCAL_BED_COMMENTS = {
     "openmpi_version": "Test bed: Open MPI from Debian's mirror (see pycli/local_plan.py for the checksum's source).",
@@ -201,6 +203,7 @@ LOCAL_BED_COMMENTS = {
     SHARED_CPUS_VAR: "Test bed: the nodes share this machine's cores, so check --deep measures one node or pair at a time.",
     "slurm_cgroup": ("Test bed: Slurm without its cgroup plugins (no delegated cgroup tree in a container), "
                      "`slots` CPUs per node, slurmd registering with slurm.conf's figures (config_overrides)."),
+    "slurm_health_check_interval": "Test bed: Slurm's health check (pycli's node gate) every 20 s, not 5 min.",
 }
 
 
