@@ -92,6 +92,14 @@ def check(cluster: Cluster, options: CheckOptions, *, as_json: bool = False, wri
         write(f"pycli: checking {len(cluster.hosts)} nodes of {inventory}; run folder {run_dir}")
         for entry in cluster.drained:  # checked too: a repaired node shows it here before it is undrained
             write(f"pycli: drained: {entry.describe()}")
+    slurm_lines = []
+    if cluster.has_slurm:  # Slurm's own drains (its health check's, an admin's) beside pycli's list
+        from pycli.slurm_jobs import unavailable_lines
+
+        slurm_lines = unavailable_lines(cluster)
+        if not as_json:
+            for line in slurm_lines:
+                write(f"pycli: {line}")
     counter = iter(range(1, len(gates_for(options)) + 1))
 
     def show(result: GateResult) -> None:
@@ -101,6 +109,8 @@ def check(cluster: Cluster, options: CheckOptions, *, as_json: bool = False, wri
 
     results = run_gates(gates_for(options), ctx, on_result=show)
     summary = report_json(inventory, run_dir, results, cluster.drained)
+    if cluster.has_slurm:
+        summary["slurm"] = slurm_lines
     if options.deep:
         summary["deep"] = {**ctx.deep, "suspects": ctx.suspects}
         (run_dir / "deep.json").write_text(json.dumps(summary["deep"], indent=2) + "\n")

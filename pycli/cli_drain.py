@@ -42,9 +42,9 @@ def undrain_cmd(
 
     cluster = load_inventory(None, inventory)
     back, were_not = undrain(cluster, nodes or [])
-    # Slurm's state too, also for a node only Slurm had drained (its health check).
-    set_resumed(cluster, list(nodes or []), print)
     if back:
         print(f"undrained {', '.join(back)}; jobs use {'it' if len(back) == 1 else 'them'} again")
     if were_not:
         notice(f"{', '.join(were_not)} {'was' if len(were_not) == 1 else 'were'} not drained")
+    # Slurm's state too, also for a node only Slurm had drained (its health check, an admin).
+    set_resumed(cluster, list(nodes or []), print)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 from pycli import containers
@@ -306,7 +306,13 @@ def mpirun_argv(
 
 def job_mpirun_argv(plan: JobPlan, user: str) -> list[str]:
     """The job under mpirun: Horovod with its MPI controller, the ranks started by Open MPI."""
-    launch = mpirun_argv("mpirun", plan.hosts, np=plan.np, user=user, ssh_ports=plan.ssh_ports,
+    hosts = plan.hosts
+    if plan.slurm:
+        # Inside a Slurm allocation Open MPI keeps only the hosts of -H the allocation names, named
+        # as Slurm names them: the inventory's names (roles/slurm). Its daemons start through srun,
+        # so the names need not resolve.
+        hosts = tuple(replace(host, address=host.name) for host in hosts)
+    launch = mpirun_argv("mpirun", hosts, np=plan.np, user=user, ssh_ports=plan.ssh_ports,
                          network_interface=plan.network_interface)
     # remote_shell sets these in mpirun's own environment; -x hands them to every rank.
     for name in dict.fromkeys([*([THREADS_VAR] if rank_threads(plan) is not None else []),

@@ -88,7 +88,6 @@ def sbatch_script(job: BatchJob) -> str:
         "# The job's files are in its folder on each node listed (pycli staged them there).",
         *(f"#SBATCH {shlex.quote(option)}" for option in options),
         "set -u",
-        "echo \"pycli: Slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST\"",
     ]
     if len(job.steps) == 1:
         lines.append(job.steps[0][1])

@@ -44,6 +44,17 @@ def node_states(cluster: Cluster) -> dict[str, slurm.NodeState]:
     return slurm.parse_sinfo_nodes(_ask(cluster.launcher_host, slurm.SINFO_NODES_COMMAND, "asking Slurm for its nodes"))
 
 
+def unavailable_lines(cluster: Cluster) -> list[str]:
+    """What Slurm says of the nodes it will start no job on, a line each, for `pycli check`; a
+    line saying why when Slurm cannot be asked (not provisioned yet, slurmctld down)."""
+    try:
+        states = node_states(cluster)
+    except PycliError as exc:
+        return [f"Slurm: cannot tell its node states ({exc})"]
+    return [f"Slurm: {node.node} {node.state} ({node.reason})"
+            for node in slurm.unavailable(states, [host.name for host in cluster.hosts])]
+
+
 def without_unavailable(cluster: Cluster, states: dict[str, slurm.NodeState], say: Callable[[str], None]) -> Cluster:
     """The cluster less the nodes Slurm will not start a job on (drained by its health check, down)."""
     out = slurm.unavailable(states, [host.name for host in cluster.hosts])
@@ -192,13 +203,23 @@ def set_drained(cluster: Cluster, reasons: dict[str, str], say: Callable[[str], 
 
 
 def set_resumed(cluster: Cluster, nodes: list[str], say: Callable[[str], None]) -> None:
-    """Slurm's RESUME for `nodes`, set on the controller; a failure is said, not raised."""
+    """Slurm's RESUME for those of `nodes` Slurm has drained, set on the controller; a failure is
+    said, not raised."""
     if not cluster.has_slurm or not nodes:
         return
+    try:
+        states = node_states(cluster)
+    except PycliError as exc:
+        say(f"pycli: cannot tell Slurm's state of {', '.join(nodes)} ({exc}); "
+            f"run '{slurm.resume_command(nodes)}' on {cluster.slurm_controller}")
+        return
+    drained = [node for node in nodes if node in states and "drain" in states[node].state]
+    if not drained:
+        return
     controller = _controller(cluster)
-    answer = ssh_each([(controller, slurm.resume_command(nodes))], shared=True)[controller.name]
+    answer = ssh_each([(controller, slurm.resume_command(drained))], shared=True)[controller.name]
     if answer.ok:
-        say(f"Slurm: {', '.join(nodes)} RESUME (jobs start there again)")
+        say(f"Slurm: {', '.join(drained)} RESUME (jobs start there again)")
     else:
-        say(f"pycli: Slurm did not resume {', '.join(nodes)} ({answer.why()}); run "
-            f"'{slurm.resume_command(nodes)}' on {controller.name}")
+        say(f"pycli: Slurm did not resume {', '.join(drained)} ({answer.why()}); run "
+            f"'{slurm.resume_command(drained)}' on {controller.name}")

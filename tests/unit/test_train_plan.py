@@ -337,3 +337,18 @@ def test_job_txt_records_the_launch_line_with_url_credentials_masked():
     assert "hunter2" not in record and "tok-0815" not in record
     assert "HTTPS_PROXY=http://bob:***@proxy:3128" in record and "HF_ENDPOINT=https://***@hub.example" in record
     assert "hunter2" in launch_commands(p)[0][1]  # the node itself runs the real value
+
+
+def test_through_slurm_mpirun_names_the_hosts_as_slurms_allocation_does():
+    slurm_cluster = replace(cluster(), slurm_controller="n1")
+    through = plan(slurm_cluster, launcher="mpirun", scheduler=None)
+    assert through.slurm
+    _, argv = only_line(through)
+    assert argv[argv.index("-H") + 1] == "n1:2,n2:2"
+    direct = plan(slurm_cluster, launcher="mpirun", scheduler="ssh")
+    assert not direct.slurm
+    _, argv = only_line(direct)
+    assert argv[argv.index("-H") + 1] == "10.9.0.1:2,10.9.0.2:2"
+    # horovodrun reaches the hosts over SSH itself, by address, in or out of an allocation.
+    _, argv = only_line(plan(slurm_cluster, scheduler=None))
+    assert argv[argv.index("-H") + 1] == "10.9.0.1:2,10.9.0.2:2"
