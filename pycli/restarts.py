@@ -44,7 +44,11 @@ class Restart:
         if self.epoch:
             start = f"from epoch {self.epoch + 1} (checkpoint on {rank0}{', sent to every rank: ' + others if others else ''})"
         else:
-            start = f"from the start{f' (no checkpoint on {rank0}; {others})' if others else ''}"
+            again = ("from its --resume checkpoint again" if self.plan.resume is not None
+                     else f"from {self.plan.resume_on_node} again" if self.plan.resume_on_node is not None else "from the start")
+            because = f"no checkpoint on {rank0}" if self.plan.resume or self.plan.resume_on_node or others else ""
+            said = "; ".join(part for part in (because, others) if part)
+            start = f"{again}{f' ({said})' if said else ''}"
         gone = f"; {', '.join(self.lost)} left out (no answer)" if self.lost else ""
         return (f"pycli: restart {number} of {most}: {why or 'the job failed'}; going on {start} with "
                 f"{self.plan.np} rank(s) on {', '.join(h.name for h in self.plan.hosts)}{gone}")
@@ -74,8 +78,10 @@ def plan_restart(plan: JobPlan) -> Restart | str:
     epochs = {h.name: _epoch(answers[h.name].stdout) or 0 for h in hosts}
     epoch = epochs[hosts[0].name]
     differing = tuple((h.name, epochs[h.name]) for h in hosts if epochs[h.name] != epoch)
-    resume = checkpoint_path(plan) if epoch else None
+    # No checkpoint on the new rank 0 yet: the attempt starts where the failed one started, its
+    # --resume checkpoint (staged with the job) or the nodes' checkpoint an earlier restart went on from.
+    resume, resume_on_node = (None, checkpoint_path(plan)) if epoch else (plan.resume, plan.resume_on_node)
     elastic_min_np = None if plan.elastic_min_np is None else min(plan.elastic_min_np, np)
-    return Restart(replace(plan, hosts=hosts, np=np, resume=None, resume_on_node=resume, elastic_min_np=elastic_min_np),
-                   epoch, lost, alive, differing)
+    return Restart(replace(plan, hosts=hosts, np=np, resume=resume, resume_on_node=resume_on_node,
+                           elastic_min_np=elastic_min_np), epoch, lost, alive, differing)
 

@@ -183,3 +183,19 @@ def test_nodes_whose_checkpoints_hold_different_epochs_all_go_on_from_the_same_o
     assert [end["epoch"] for end in ends] == [6, 6]  # the same epochs on every rank: n2 did not do epoch 5 again
     # The same weights on both nodes after the epoch: both replicas went on from the same bytes.
     assert all(torch.equal(ends[0]["model"][key], ends[1]["model"][key]) for key in ends[0]["model"])
+
+
+def test_a_resumed_job_that_fails_before_its_first_checkpoint_resumes_from_the_same_file_again(monkeypatch, tmp_path):
+    given = tmp_path / "last.pt"
+    given.write_bytes(b"a checkpoint")
+    monkeypatch.setattr(restarts, "ssh_probe", answers(n1="none", n2="none"))
+    job = plan(np=4, resume=given, max_restarts=1)
+    after = restarts.plan_restart(job)
+    assert after.epoch == 0 and after.plan.resume == given
+    args = workload_args(after.plan)
+    assert args[args.index("--resume") + 1] == "/srv/pycli/jobs/j1/resume.pt"  # the copy staged with the job
+    assert "going on from its --resume checkpoint again (no checkpoint on n1)" in after.line(1, 1, "x")
+    # A second failure, after the first restart had gone on from a checkpoint on the nodes: that one again.
+    on_node = replace(job, resume=None, resume_on_node=checkpoint_path(job))
+    again = restarts.plan_restart(on_node)
+    assert again.plan.resume_on_node == checkpoint_path(job)
