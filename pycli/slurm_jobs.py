@@ -67,7 +67,7 @@ def without_unavailable(cluster: Cluster, states: dict[str, slurm.NodeState], sa
     return replace(cluster, drained=drained).for_jobs()
 
 
-def batch_job(plan: JobPlan, states: dict[str, slurm.NodeState]) -> slurm.BatchJob:
+def batch_job(plan: JobPlan, states: dict[str, slurm.NodeState], time_limit_s: float | None) -> slurm.BatchJob:
     """What to ask Slurm for: the plan's nodes, the most ranks on any of them, one GPU per rank on GPU nodes."""
     tasks = max(host.slots for host in plan.hosts)
     gpus = min((states[h.name].gpus if h.name in states else 0) for h in plan.hosts)
@@ -76,7 +76,7 @@ def batch_job(plan: JobPlan, states: dict[str, slurm.NodeState]) -> slurm.BatchJ
         name=f"{slurm.JOB_NAME_PREFIX}{name}", nodes=tuple(h.name for h in plan.hosts), tasks_per_node=tasks,
         workdir=str(plan.job_dir), output=str(plan.job_dir / "slurm-%j.out"),
         steps=tuple((host.name, line) for host, line in launch_commands(plan)),
-        time_limit_s=plan.request.time_limit_s, gpus_per_node=min(gpus, tasks), comment=f"pycli job {plan.job_id}",
+        time_limit_s=time_limit_s, gpus_per_node=min(gpus, tasks), comment=f"pycli job {plan.job_id}",
     )
 
 
@@ -120,14 +120,21 @@ def ending(job: slurm.AccountedJob | None, job_id: str, interrupted: bool, time_
     return JobExit(code, f"{said}, exit {job.exit_code}" + (f" signal {job.signal}" if job.signal else ""))
 
 
-def run_slurm(plan: JobPlan, states: dict[str, slurm.NodeState], run_dir: Path,
-              write: Callable[[str], None] = print) -> tuple[JobExit, str]:
-    """Submit the job, say its state, stream its output, cancel it on Ctrl-C; how it ended and its Slurm job id."""
-    script = slurm.sbatch_script(batch_job(plan, states))
-    (run_dir / SCRIPT_NAME).write_text(script)
+def script_name(restart: int) -> str:
+    """The batch script's name in the run folder: job.sbatch, then one per restart."""
+    return SCRIPT_NAME if not restart else f"job-restart{restart}.sbatch"
+
+
+def run_slurm(plan: JobPlan, states: dict[str, slurm.NodeState], run_dir: Path, write: Callable[[str], None] = print,
+              time_limit_s: float | None = None, restart: int = 0) -> tuple[JobExit, str]:
+    """Submit the job (`restart`: its restart's number), say its state, stream its output, cancel it
+    on Ctrl-C; how it ended and its Slurm job id."""
+    script = slurm.sbatch_script(batch_job(plan, states, time_limit_s))
+    path = run_dir / script_name(restart)
+    path.write_text(script)
     submitted = time.monotonic()
     job_id = submit(plan, script)
-    write(f"pycli: Slurm job {job_id} submitted from {plan.rank0.name} (script {run_dir / SCRIPT_NAME})")
+    write(f"pycli: Slurm job {job_id} submitted from {plan.rank0.name} (script {path})")
     hosts = {host.name: host for host in plan.hosts}
     output: list[RemoteProcess] = []
     last: list[slurm.QueueState] = []
@@ -171,13 +178,13 @@ def run_slurm(plan: JobPlan, states: dict[str, slurm.NodeState], run_dir: Path,
             except subprocess.TimeoutExpired:
                 proc.kill()
         if not output:  # it ran and ended between two looks at the queue: its output whole
-            path = plan.job_dir / f"slurm-{job_id}.out"
-            answers = ssh_each([(host, f"cat {path} 2>/dev/null") for host in plan.hosts], shared=True)
+            out_file = plan.job_dir / f"slurm-{job_id}.out"
+            answers = ssh_each([(host, f"cat {out_file} 2>/dev/null") for host in plan.hosts], shared=True)
             for line in next((a.stdout for a in answers.values() if a.ok and a.stdout), "").splitlines():
                 write(line)
     finally:
         signal.signal(signal.SIGINT, previous)
-    return ending(accounted(plan, job_id), job_id, interrupted.is_set(), plan.request.time_limit_s), job_id
+    return ending(accounted(plan, job_id), job_id, interrupted.is_set(), time_limit_s), job_id
 
 
 def _controller(cluster: Cluster) -> Host:

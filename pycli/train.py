@@ -24,7 +24,7 @@ from pycli.cluster_model import INTERFACE_VAR, JOBS_KEPT_VAR, Cluster, interface
 from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, BadInput, PycliError, Unreachable, warn
 from pycli.hostfiles import fill_slots, render_hostfile
 from pycli.job_files import content_digest, jobs_kept
-from pycli.job_processes import run_processes
+from pycli.job_processes import JobExit, run_processes
 from pycli.job_request import JobRequest
 from pycli.launch_lines import (
     LAUNCHERS,
@@ -108,8 +108,7 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
         raise BadInput("--max-restarts does not work with --docker yet: restart the job with --resume")
     scheduler = choose_scheduler(request.scheduler, cluster.has_slurm)
     if scheduler == SLURM:
-        unsupported = {"--docker": request.container is not None, "--max-restarts": bool(request.max_restarts),
-                       "--elastic": request.elastic, "--autotune": request.autotune}
+        unsupported = {"--docker": request.container is not None, "--elastic": request.elastic}
         if given := [flag for flag, used in unsupported.items() if used]:
             raise BadInput(f"{', '.join(given)} do(es) not work through Slurm yet; add --scheduler ssh to start the job "
                            "over SSH (outside the queue)")
@@ -321,13 +320,18 @@ def run_job(
             write(f"pycli: job containers up on {', '.join(h.name for h in plan.hosts)} "
                   f"(sshd on port {container.ssh_port}) in {time.monotonic() - up:.0f} s")
         started = time.monotonic()  # the job's own time, as without containers
-        if plan.slurm:
-            ended, slurm_id = slurm_jobs.run_slurm(plan, slurm_nodes, run_dir, write)
+
+        def attempt(plan: JobPlan, time_limit_s: float | None, number: int = 0) -> JobExit:
+            """One attempt: over SSH, or as a Slurm job of its own (each restart waits its turn in the queue)."""
+            if not plan.slurm:
+                return run_processes(plan, write, time_limit_s)
+            ended, slurm_id = slurm_jobs.run_slurm(plan, slurm_nodes, run_dir, write, time_limit_s, number)
             with (run_dir / "job.txt").open("a") as record:
                 record.write(f"slurm job {slurm_id}\n")
-        else:
-            ended = run_processes(plan, write, request.time_limit_s)
-        for number in range(1, 0 if plan.restarts_by_agents or plan.slurm else request.max_restarts + 1):
+            return ended
+
+        ended = attempt(plan, request.time_limit_s)
+        for number in range(1, 0 if plan.restarts_by_agents else request.max_restarts + 1):
             if ended.code in (0, EXIT_INTERRUPTED) or ended.timed_out:
                 break
             # Ask first, so a node that is gone costs one SSH timeout, not an Ansible one too.
@@ -339,7 +343,7 @@ def run_job(
             write(after.line(number, request.max_restarts, ended.why))
             plan = after.plan
             left_s = None if request.time_limit_s is None else max(1.0, request.time_limit_s - (time.monotonic() - started))
-            ended = run_processes(plan, write, left_s)
+            ended = attempt(plan, left_s, number)
         code = ended.code
     finally:
         if container is not None:
