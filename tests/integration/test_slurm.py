@@ -90,7 +90,9 @@ def slurm_cluster(provisioned_cluster, tmp_path_factory):
 def test_provisioned_slurm_has_both_nodes_idle_and_a_second_run_changes_nothing(slurm_cluster):
     nodes = sinfo()
     assert {n: (s, c) for n, (s, c, _) in nodes.items()} == {"node1": ("idle", "4"), "node2": ("idle", "4")}, nodes
-    again = run_pycli("provision", str(slurm_cluster), "--tags", "slurm", timeout=1800)
+    # The whole site, not the slurm role alone: what Slurm brings (libhwloc15 for slurmd) must not
+    # trip another role's checks on the next run.
+    again = run_pycli("provision", str(slurm_cluster), timeout=1800)
     assert again.returncode == 0, again.stdout[-4000:]
     run_dir = Path(re.search(r"run folder (\S+)", again.stdout).group(1))
     assert changed_tasks(run_dir) == [], again.stdout[-3000:]
@@ -228,3 +230,21 @@ def test_secrets_stay_secret(slurm_cluster):
         found = subprocess.run(["grep", "-rlF", "--exclude-dir=.git", "--exclude-dir=.venv", "-e", password, "-e", key[:40],
                                 str(folder)], capture_output=True, text=True)
         assert found.stdout == "", f"a secret is in {found.stdout}"
+
+
+def test_a_node_down_while_the_slurm_role_runs_stops_only_itself(slurm_cluster, tmp_path):
+    from tests.integration.test_node_down import _bring_back, _container, _recap
+
+    _container("node2").kill()
+    try:
+        runs = tmp_path / "runs"
+        down = run_pycli("provision", str(slurm_cluster), "--tags", "slurm", env={"PYCLI_RUNS": str(runs)}, timeout=1800)
+        assert down.returncode == 4, down.stdout[-3000:] + down.stderr[-2000:]
+        assert _recap(runs) == {"node1": "ok", "node2": "UNREACHABLE"}
+        assert "node2 unreachable" in down.stdout + down.stderr
+        assert sinfo()["node1"][0] == "idle"  # the controller went on without it
+    finally:
+        _bring_back(slurm_cluster)
+        back = run_pycli("provision", str(slurm_cluster), "--tags", "slurm", timeout=1800)
+    assert back.returncode == 0, back.stdout[-3000:]
+    wait_for_state("node2", "idle")
