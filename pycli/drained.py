@@ -85,7 +85,8 @@ def _known(cluster: Cluster, nodes: Sequence[str]) -> None:
         raise BadInput(f"{', '.join(unknown)}: not a host of {cluster.inventory_path} (its hosts: {', '.join(names)})")
 
 
-def _since(now: datetime | None) -> str:
+def stamp(now: datetime | None = None) -> str:
+    """A drained entry's time: UTC, ISO 8601 to the second."""
     return (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -106,7 +107,7 @@ def drain(cluster: Cluster, nodes: Sequence[str], reason: str, now: datetime | N
     if not reason or len(reason) > MAX_REASON:
         raise BadInput(f"--reason: say in one line of at most {MAX_REASON} characters why the node is drained")
     with _changing(cluster.inventory_path) as entries:
-        return [_put(entries, node, reason, _since(now)) for node in nodes]
+        return [_put(entries, node, reason, stamp(now)) for node in nodes]
 
 
 FENCE_PREFIX = "pycli check --deep: "
@@ -124,7 +125,7 @@ def fence(cluster: Cluster, suspects: Mapping[str, str], now: datetime | None = 
     its gate's reason shortened (the check's report keeps all of it); it never stops half-way."""
     _known(cluster, list(suspects))
     with _changing(cluster.inventory_path) as entries:
-        return [_put(entries, node, fence_reason(why), _since(now)) for node, why in suspects.items()]
+        return [_put(entries, node, fence_reason(why), stamp(now)) for node, why in suspects.items()]
 
 
 def undrain(cluster: Cluster, nodes: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -21,6 +21,7 @@ from typing import IO
 
 from pycli import slurm
 from pycli.cluster_model import Cluster, Drained, Host
+from pycli.drained import stamp
 from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, PycliError
 from pycli.job_processes import STOP_GRACE_S, JobExit
 from pycli.launch_lines import JobPlan, launch_commands
@@ -62,7 +63,7 @@ def without_unavailable(cluster: Cluster, states: dict[str, slurm.NodeState], sa
         return cluster
     say("pycli: left out, as Slurm will start no job there: "
         + "; ".join(f"{node.node} ({node.state}: {node.reason})" for node in out))
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    now = stamp()
     drained = tuple(Drained(node.node, f"Slurm: {node.state}, {node.reason}", now) for node in out)
     return replace(cluster, drained=drained).for_jobs()
 
