@@ -185,6 +185,9 @@ LOCAL_BED_VARS: dict[str, object] = {
     ],
     # The nodes share this machine's cores: measured at once they would measure the scheduler.
     SHARED_CPUS_VAR: True,
+    # One Open MPI build for the bed's clusters with and without Slurm: built against Slurm's PMI-2
+    # (real inventories: only where they have Slurm, openmpi_with_pmi auto).
+    "openmpi_with_pmi": True,
     # Slurm (role slurm, with --slurm): containers have no delegated cgroup tree for Slurm's cgroup
     # plugins, and each node runs `slots` ranks on the machine's shared cores.
     "slurm_cgroup": False,
@@ -201,6 +204,8 @@ LOCAL_BED_COMMENTS = {
     "pycli_job_container_network": "Test bed: train --docker containers stay in their node's network (real hosts: host).",
     "pycli_job_container_options": "Test bed: what a host network gives a container, its node's name and address.",
     SHARED_CPUS_VAR: "Test bed: the nodes share this machine's cores, so check --deep measures one node or pair at a time.",
+    "openmpi_with_pmi": ("Test bed: one Open MPI build for clusters with and without Slurm, against Slurm's PMI-2 "
+                         "(real inventories: only those with Slurm)."),
     "slurm_cgroup": ("Test bed: Slurm without its cgroup plugins (no delegated cgroup tree in a container), "
                      "`slots` CPUs per node, slurmd registering with slurm.conf's figures (config_overrides)."),
     "slurm_health_check_interval": "Test bed: Slurm's health check (pycli's node gate) every 20 s, not 5 min.",

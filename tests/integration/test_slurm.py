@@ -151,6 +151,22 @@ def test_ddp_under_torchrun_and_allreduce_under_mpirun(slurm_cluster):
                           "--launcher", "mpirun", "--", "--sizes", "4K:64K", timeout=900)
     assert allreduce.returncode == 0, allreduce.stdout[-4000:] + allreduce.stderr[-2000:]
     assert sacct(slurm_job_id(allreduce.stdout))["state"] == "COMPLETED"
+    # torchrun met by c10d under the Slurm job's id, read from the batch script pycli kept.
+    script = (results_in(ddp.stdout).parent / "job.sbatch").read_text()
+    assert 'export PET_RDZV_ID="slurm-$SLURM_JOB_ID"' in script and "--rdzv-backend c10d" in script, script
+
+
+def test_srun_starts_open_mpi_ranks_through_slurms_pmi2(slurm_cluster):
+    """No mpirun: Slurm starts the four ranks (PMI-2), Open MPI wires them up, Horovod's MPI
+    controller sums their ranks across both nodes."""
+    program = ("import torch, horovod.torch as hvd; hvd.init(); "
+               "total = hvd.allreduce(torch.tensor([float(hvd.rank())]), op=hvd.Sum); "
+               "print(f'rank {hvd.rank()} of {hvd.size()} sum {int(total.item())}', flush=True)")
+    code, out = node_run("node1", "srun", "--mpi=pmi2", "--nodes=2", "--ntasks-per-node=2", "--time=5",
+                         "/opt/pycli/venv/bin/python", "-c", program)
+    assert code == 0, out
+    assert sorted(line for line in out.splitlines() if line.startswith("rank ")) == [
+        f"rank {rank} of 4 sum 6" for rank in range(4)], out
 
 
 def test_ctrl_c_cancels_the_slurm_job_and_leaves_no_process(slurm_cluster):
