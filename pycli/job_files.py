@@ -24,7 +24,7 @@ from typing import IO
 
 from pycli.cluster_model import Host
 from pycli.errors import BadInput, PycliError, Unreachable, warn
-from pycli.launch_lines import AUTOTUNE_LOG, JobPlan, stray_sweep_line
+from pycli.launch_lines import AUTOTUNE_LOG, METRICS_FILE, JobPlan, stray_sweep_line
 from pycli.nodes import SSH_FAILED, SSH_TIMEOUT_S, NodeOutput, ssh_each, ssh_stream
 from pycli.paths import PROJECT_ROOT, WORKLOADS_DIR
 
@@ -235,13 +235,24 @@ def stage(plan: JobPlan, run_dir: Path, container_files: Path | None = None, dis
 # The files a job leaves for the controller: rank 0's metrics and checkpoints (not the one it
 # resumed from), and what horovodrun --autotune tried.
 RESULTS_LINE = (
-    "{ find . checkpoints -maxdepth 1 -type f \\( -name metrics.jsonl -o -name '*.pt' -o -name "
+    f"{{ find . checkpoints -maxdepth 1 -type f \\( -name {METRICS_FILE} -o -name '*.pt' -o -name "
     f"{AUTOTUNE_LOG} \\) ! -name resume.pt 2>/dev/null; true; }} | tar -c -f - --no-recursion -T -"
 )
 
 
+def rank0_host(plan: JobPlan) -> Host:
+    """The node rank 0 ran on: the plan's first, unless torchrun's rendezvous numbered the nodes;
+    then the one whose job folder holds rank 0's metrics (the first node when none does)."""
+    if not plan.ranks_by_rendezvous:
+        return plan.rank0
+    probe = f"test -f {shlex.quote(str(plan.job_dir / METRICS_FILE))}"
+    answers = ssh_each([(host, probe) for host in plan.hosts], shared=True)
+    return next((host for host in plan.hosts if answers[host.name].ok), plan.rank0)
+
+
 def collect(plan: JobPlan, results: Path) -> None:
     """Fetch rank 0's metrics and checkpoints into `results` (one tar stream over the shared connection)."""
+    host = rank0_host(plan)
     command = f"cd {shlex.quote(str(plan.job_dir))} && {RESULTS_LINE}"
     results.mkdir(parents=True, exist_ok=True)
 
@@ -249,10 +260,10 @@ def collect(plan: JobPlan, results: Path) -> None:
         with tarfile.open(fileobj=stdout, mode="r|") as tar:
             tar.extractall(results, filter="data")
 
-    answer = ssh_stream(plan.rank0, command, receive=unpack, timeout_s=STAGE_TIMEOUT_S)
+    answer = ssh_stream(host, command, receive=unpack, timeout_s=STAGE_TIMEOUT_S)
     if not answer.ok:
         error = Unreachable if answer.rc == SSH_FAILED else PycliError
-        raise error(f"fetching the results from {plan.rank0.name}: {answer.why()}")
+        raise error(f"fetching the results from {host.name}: {answer.why()}")
 
 
 def stop_strays(plan: JobPlan) -> dict[str, str]:

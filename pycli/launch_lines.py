@@ -46,6 +46,8 @@ THREADS_VAR = "OMP_NUM_THREADS"
 # CPUs that round takes cores from the ranks' compute. On GPUs Horovod's defaults stay (not measured).
 HOROVOD_CPU_ENV: tuple[str, ...] = ("HOROVOD_CYCLE_TIME=5",)
 AUTOTUNE_LOG = "autotune.csv"
+# Rank 0's metrics records, one JSON line each, in the job's folder (what train reports).
+METRICS_FILE = "metrics.jsonl"
 # torchrun --elastic: the ranks keep their own store, not the agents' rendezvous store, whose
 # keys outlive a restart (torch 2.5 and later): a restarted rank would read the address an
 # earlier rank 0 had and fail to connect (pytorch/pytorch#135712).
@@ -144,6 +146,12 @@ class JobPlan:
         return self.launcher == "torchrun" and self.elastic_min_np is not None
 
     @property
+    def ranks_by_rendezvous(self) -> bool:
+        """torchrun's c10d rendezvous numbers the nodes (by their addresses), not the plan: rank 0 may
+        run on another node than the plan's first (under --elastic, and through Slurm)."""
+        return self.launcher == "torchrun" and (self.restarts_by_agents or self.slurm) and len(self.hosts) > 1
+
+    @property
     def discovery_script(self) -> PurePosixPath:
         """--elastic: the script horovodrun asks which hosts can take ranks now (host_discovery_script)."""
         return self.job_dir / "discover-hosts.sh"
@@ -181,7 +189,7 @@ def workload_args(plan: JobPlan) -> list[str]:
     args: list[str] = []
     name = plan.script.name
     if plan.script.parent == WORKLOADS_DIR and name in ("mnist.py", "ddp.py"):
-        args += ["--checkpoint", str(checkpoint_path(plan)), "--metrics", str(plan.job_dir / "metrics.jsonl")]
+        args += ["--checkpoint", str(checkpoint_path(plan)), "--metrics", str(plan.job_dir / METRICS_FILE)]
         if plan.resume_on_node is not None:
             args += ["--resume", str(plan.resume_on_node)]
         elif plan.resume is not None:
@@ -189,7 +197,7 @@ def workload_args(plan: JobPlan) -> list[str]:
         if plan.elastic_min_np is not None:
             args.append("--elastic")
     if plan.script.parent == WORKLOADS_DIR and name == "synthetic.py":
-        args += ["--metrics", str(plan.job_dir / "metrics.jsonl")]
+        args += ["--metrics", str(plan.job_dir / METRICS_FILE)]
         if plan.launcher == "torchrun":
             args += ["--comm", "ddp"]
     if plan.data_dir is not None:
@@ -331,6 +339,10 @@ def elastic_min_nodes(hosts: Sequence[Host], min_np: int) -> int:
     return len(hosts)
 
 
+# torchrun reads --rdzv-id from this variable when the command line has none.
+TORCHRUN_RDZV_ID_ENV = "PET_RDZV_ID"
+
+
 def torchrun_argv(plan: JobPlan, node_rank: int) -> list[str]:
     host = plan.hosts[node_rank]
     port = plan.rendezvous_port or TORCHRUN_PORT
@@ -342,6 +354,13 @@ def torchrun_argv(plan: JobPlan, node_rank: int) -> list[str]:
                  "--nproc-per-node", str(host.slots), "--max-restarts", str(plan.elastic_restarts),
                  "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{plan.rank0.address}:{port}",
                  "--local-addr", host.address]
+    elif plan.slurm:
+        # c10d rendezvous on the allocation's first node, named after the Slurm job: the batch
+        # script sets TORCHRUN_RDZV_ID_ENV to its job id (pycli.slurm.sbatch_script).
+        argv += ["--nnodes", str(len(plan.hosts)), "--nproc-per-node", str(host.slots),
+                 "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{plan.rank0.address}:{port}",
+                 "--local-addr", host.address]
+        return [*argv, str(plan.remote_script), *workload_args(plan)]
     else:
         argv += ["--nnodes", str(len(plan.hosts)), "--nproc-per-node", str(host.slots),
                  "--node-rank", str(node_rank), "--master-addr", plan.rank0.address, "--master-port", str(port)]

@@ -64,6 +64,7 @@ class BatchJob:
     time_limit_s: float | None = None
     gpus_per_node: int = 0  # gres gpu per node: one per rank on GPU nodes
     comment: str = ""  # the pycli job id, kept in Slurm's accounting (sacct -o Comment)
+    job_id_env: str = ""  # a variable the script sets to the Slurm job id for its steps (torchrun's rendezvous id)
 
 
 def sbatch_script(job: BatchJob) -> str:
@@ -89,6 +90,8 @@ def sbatch_script(job: BatchJob) -> str:
         *(f"#SBATCH {shlex.quote(option)}" for option in options),
         "set -u",
     ]
+    if job.job_id_env:
+        lines.append(f'export {job.job_id_env}="slurm-$SLURM_JOB_ID"')
     if len(job.steps) == 1:
         lines.append(job.steps[0][1])
     else:

@@ -24,7 +24,7 @@ from pycli.cluster_model import Cluster, Drained, Host
 from pycli.drained import stamp
 from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, PycliError
 from pycli.job_processes import STOP_GRACE_S, JobExit
-from pycli.launch_lines import JobPlan, launch_commands
+from pycli.launch_lines import TORCHRUN_RDZV_ID_ENV, JobPlan, launch_commands
 from pycli.nodes import RemoteProcess, ssh_each, ssh_stream
 
 SCRIPT_NAME = "job.sbatch"
@@ -78,6 +78,7 @@ def batch_job(plan: JobPlan, states: dict[str, slurm.NodeState], time_limit_s: f
         workdir=str(plan.job_dir), output=str(plan.job_dir / "slurm-%j.out"),
         steps=tuple((host.name, line) for host, line in launch_commands(plan)),
         time_limit_s=time_limit_s, gpus_per_node=min(gpus, tasks), comment=f"pycli job {plan.job_id}",
+        job_id_env=TORCHRUN_RDZV_ID_ENV if plan.launcher == "torchrun" else "",
     )
 
 

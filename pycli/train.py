@@ -28,6 +28,7 @@ from pycli.job_processes import JobExit, run_processes
 from pycli.job_request import JobRequest
 from pycli.launch_lines import (
     LAUNCHERS,
+    METRICS_FILE,
     WORKLOADS_DIR,
     JobPlan,
     NodeLayout,
@@ -216,7 +217,7 @@ def workload_needs_data(workload: str) -> bool:
 
 def read_metrics(results: Path) -> list[dict]:
     """The job's metrics records (rank 0's metrics.jsonl), oldest first."""
-    metrics = results / "metrics.jsonl"
+    metrics = results / METRICS_FILE
     if not metrics.exists():
         return []
     records, skipped = [], []

@@ -414,3 +414,26 @@ def test_a_stream_read_back_or_broken_off_says_so(tmp_path, monkeypatch):
 
     answer = ssh_stream(Host("n1", "10.0.0.1"), "collect", receive=unreadable, timeout_s=30)
     assert not answer.ok and answer.why() == "the stream broke off: not a tar stream"
+
+
+def test_results_come_from_the_node_where_torchrun_s_rendezvous_put_rank_0(tmp_path, monkeypatch):
+    """c10d numbers the nodes by their addresses, not the plan: rank 0's metrics may be on the second node."""
+    from dataclasses import replace
+
+    from pycli import job_files
+    from pycli.nodes import NodeOutput
+
+    asked = []
+
+    def answer(pairs, shared=False):
+        asked.extend(command for _, command in pairs)
+        return {host.name: NodeOutput(host.name, 0 if host.name == "n2" else 1) for host, _ in pairs}
+
+    monkeypatch.setattr(job_files, "ssh_each", answer)
+    elastic = _plan(tmp_path, launcher="torchrun", elastic=True, workload="ddp")
+    assert elastic.ranks_by_rendezvous and job_files.rank0_host(elastic).name == "n2"
+    assert asked and all(command.startswith("test -f ") and command.endswith("/metrics.jsonl") for command in asked)
+    slurm = replace(_plan(tmp_path, launcher="torchrun"), slurm=True)
+    assert job_files.rank0_host(slurm).name == "n2"
+    asked.clear()
+    assert job_files.rank0_host(_plan(tmp_path, launcher="torchrun")).name == "n1" and asked == []  # static: the plan's

@@ -65,6 +65,16 @@ def test_one_launcher_per_node_runs_its_nodes_line_under_srun(tmp_path):
         assert ran.returncode == (2 if node == "node3" else 0)
 
 
+def test_the_script_hands_its_steps_the_slurm_job_id_when_asked(tmp_path):
+    script = slurm.sbatch_script(_job(job_id_env="PET_RDZV_ID", steps=(("node1", "echo $PET_RDZV_ID"), ("node2", "true"))))
+    export = next(line for line in script.splitlines() if line.startswith("export "))
+    ran = subprocess.run(["bash", "-c", f"{export}; echo $PET_RDZV_ID"], env={"SLURM_JOB_ID": "77", "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, check=True)
+    assert ran.stdout.strip() == "slurm-77"
+    assert script.index(export) < script.index("\nsrun ")
+    assert "export " not in slurm.sbatch_script(_job())
+
+
 def test_job_id_from_sbatch_parsable():
     assert slurm.parse_job_id("42\n") == "42"
     assert slurm.parse_job_id("43;cluster_a\n") == "43"

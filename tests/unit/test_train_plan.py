@@ -352,3 +352,20 @@ def test_through_slurm_mpirun_names_the_hosts_as_slurms_allocation_does():
     # horovodrun reaches the hosts over SSH itself, by address, in or out of an allocation.
     _, argv = only_line(plan(slurm_cluster, scheduler=None))
     assert argv[argv.index("-H") + 1] == "10.9.0.1:2,10.9.0.2:2"
+
+
+def test_through_slurm_torchrun_meets_by_c10d_named_after_the_slurm_job():
+    """The issue's shape: one torchrun per node, c10d on the allocation's first node, the job id as the
+    rendezvous id (the batch script exports it: torchrun reads PET_RDZV_ID when no --rdzv-id is given)."""
+    p = replace(plan(replace(cluster(), slurm_controller="n1"), workload="ddp", np=4, scheduler=None), rendezvous_port=41234)
+    assert p.slurm and p.ranks_by_rendezvous
+    for host, line in launch_commands(p):
+        argv = shlex.split(line.split(" && exec env ", 1)[1])
+        assert argv[argv.index("--rdzv-backend") + 1] == "c10d"
+        assert argv[argv.index("--rdzv-endpoint") + 1] == "10.9.0.1:41234"
+        assert argv[argv.index("--local-addr") + 1] == host.address
+        assert argv[argv.index("--nnodes") + 1] == "2"
+        assert "--rdzv-id" not in argv and "--node-rank" not in argv and "--max-restarts" not in argv
+    direct = plan(replace(cluster(), slurm_controller="n1"), workload="ddp", np=4, scheduler="ssh")
+    assert not direct.ranks_by_rendezvous
+    assert not plan(replace(cluster(), slurm_controller="n1"), workload="ddp", np=2, scheduler=None).ranks_by_rendezvous
