@@ -95,10 +95,14 @@ def sbatch_script(job: BatchJob) -> str:
     if len(job.steps) == 1:
         lines.append(job.steps[0][1])
     else:
-        # One launcher per node (torchrun): one task per node, each running its node's own line.
+        # One launcher per node (torchrun): one task per node, each running its node's own line,
+        # with every CPU the job has on the node (a task gets one by default, and where Slurm
+        # confines tasks to their CPUs the launcher's ranks would all share it), unbound: the
+        # launcher's ranks share them as they do when started over SSH.
         cases = "".join(f"  {shlex.quote(node)}) {line} ;;\n" for node, line in job.steps)
         per_node = f'case "$SLURMD_NODENAME" in\n{cases}  *) echo "no line for $SLURMD_NODENAME" >&2; exit 2 ;;\nesac'
-        lines.append(f"srun --ntasks-per-node=1 --ntasks={len(job.steps)} --kill-on-bad-exit=1 bash -c {shlex.quote(per_node)}")
+        lines.append(f'srun --ntasks-per-node=1 --ntasks={len(job.steps)} --cpus-per-task="$SLURM_CPUS_ON_NODE" --cpu-bind=none '
+                     f"--kill-on-bad-exit=1 bash -c {shlex.quote(per_node)}")
     return "\n".join(lines) + "\n"
 
 

@@ -55,7 +55,8 @@ def test_one_launcher_per_node_runs_its_nodes_line_under_srun(tmp_path):
     steps = (("node1", "echo first 'quoted'"), ("node2", "echo second"))
     script = slurm.sbatch_script(_job(steps=steps))
     srun_line = script[script.index("\nsrun ") + 1:].rstrip("\n")
-    assert srun_line.startswith("srun --ntasks-per-node=1 --ntasks=2 --kill-on-bad-exit=1 bash -c ")
+    assert srun_line.startswith('srun --ntasks-per-node=1 --ntasks=2 --cpus-per-task="$SLURM_CPUS_ON_NODE" --cpu-bind=none '
+                                '--kill-on-bad-exit=1 bash -c ')
     # What each node's task runs: its own line, chosen by the name slurmd gives it.
     inner = srun_line.split(" bash -c ", 1)[1]
     for node, said in [("node1", "first quoted"), ("node2", "second"), ("node3", "")]:
