@@ -346,25 +346,23 @@ TORCHRUN_RDZV_ID_ENV = "PET_RDZV_ID"
 def torchrun_argv(plan: JobPlan, node_rank: int) -> list[str]:
     host = plan.hosts[node_rank]
     port = plan.rendezvous_port or TORCHRUN_PORT
-    argv = [plan.tool("torchrun")]
+    argv = [plan.tool("torchrun"), "--nproc-per-node", str(host.slots)]
     if plan.restarts_by_agents:
         # c10d rendezvous on the first node: the agents meet again after a failure, with the
         # nodes that are left, and number the nodes themselves.
         argv += ["--nnodes", f"{elastic_min_nodes(plan.hosts, plan.elastic_min_np or plan.np)}:{len(plan.hosts)}",
-                 "--nproc-per-node", str(host.slots), "--max-restarts", str(plan.elastic_restarts),
-                 "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{plan.rank0.address}:{port}",
-                 "--local-addr", host.address]
-    elif plan.slurm:
-        # c10d rendezvous on the allocation's first node, named after the Slurm job: the batch
-        # script sets TORCHRUN_RDZV_ID_ENV to its job id (pycli.slurm.sbatch_script).
-        argv += ["--nnodes", str(len(plan.hosts)), "--nproc-per-node", str(host.slots),
-                 "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{plan.rank0.address}:{port}",
-                 "--local-addr", host.address]
-        return [*argv, str(plan.remote_script), *workload_args(plan)]
+                 "--max-restarts", str(plan.elastic_restarts)]
+    elif not plan.slurm:
+        argv += ["--nnodes", str(len(plan.hosts)), "--node-rank", str(node_rank),
+                 "--master-addr", plan.rank0.address, "--master-port", str(port)]
+        return [*argv, "--rdzv-id", plan.job_id, str(plan.remote_script), *workload_args(plan)]
     else:
-        argv += ["--nnodes", str(len(plan.hosts)), "--nproc-per-node", str(host.slots),
-                 "--node-rank", str(node_rank), "--master-addr", plan.rank0.address, "--master-port", str(port)]
-    return [*argv, "--rdzv-id", plan.job_id, str(plan.remote_script), *workload_args(plan)]
+        argv += ["--nnodes", str(len(plan.hosts))]
+    argv += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{plan.rank0.address}:{port}", "--local-addr", host.address]
+    # Through Slurm the rendezvous is named after the Slurm job: the batch script sets
+    # TORCHRUN_RDZV_ID_ENV to its job id (pycli.slurm.sbatch_script).
+    rdzv_id = [] if plan.slurm else ["--rdzv-id", plan.job_id]
+    return [*argv, *rdzv_id, str(plan.remote_script), *workload_args(plan)]
 
 
 def cpu_only(plan: JobPlan) -> bool:

@@ -20,6 +20,8 @@ from pycli.errors import BadInput
 # `pycli train --scheduler`: through Slurm's queue, or started over SSH as without Slurm.
 SLURM, SSH = "slurm", "ssh"
 SCHEDULERS = (SLURM, SSH)
+# --elastic: how long the batch script waits for the other nodes' launchers after the first one's has ended.
+ELASTIC_GRACE_S = 30
 # The job name every job pycli submits carries (squeue, sacct): "pycli-<workload>".
 JOB_NAME_PREFIX = "pycli-"
 # sacct's fields `pycli jobs` shows, in this order (-P: separated by '|', no padding).
@@ -65,6 +67,7 @@ class BatchJob:
     gpus_per_node: int = 0  # gres gpu per node: one per rank on GPU nodes
     comment: str = ""  # the pycli job id, kept in Slurm's accounting (sacct -o Comment)
     job_id_env: str = ""  # a variable the script sets to the Slurm job id for its steps (torchrun's rendezvous id)
+    elastic: bool = False  # --elastic: the job keeps its allocation when a node fails; the launcher goes on without it
 
 
 def sbatch_script(job: BatchJob) -> str:
@@ -83,6 +86,8 @@ def sbatch_script(job: BatchJob) -> str:
         options.append(f"--time={time_limit(job.time_limit_s)}")
     if job.comment:
         options.append(f"--comment={job.comment}")
+    if job.elastic:
+        options.append("--no-kill")
     lines = [
         "#!/bin/bash",
         "# Written by 'pycli train'; submit it again by hand from any node with 'sbatch THIS_FILE'.",
@@ -94,15 +99,30 @@ def sbatch_script(job: BatchJob) -> str:
         lines.append(f'export {job.job_id_env}="slurm-$SLURM_JOB_ID"')
     if len(job.steps) == 1:
         lines.append(job.steps[0][1])
-    else:
-        # One launcher per node (torchrun): one task per node, each running its node's own line,
-        # with every CPU the job has on the node (a task gets one by default, and where Slurm
-        # confines tasks to their CPUs the launcher's ranks would all share it), unbound: the
-        # launcher's ranks share them as they do when started over SSH.
+        return "\n".join(lines) + "\n"
+    # One launcher per node (torchrun): one task per node, each running its node's own line,
+    # with every CPU the job has on the node (a task gets one by default, and where Slurm
+    # confines tasks to their CPUs the launcher's ranks would all share it), unbound: the
+    # launcher's ranks share them as they do when started over SSH.
+    task = '--cpus-per-task="$SLURM_CPUS_ON_NODE" --cpu-bind=none'
+    if not job.elastic:
         cases = "".join(f"  {shlex.quote(node)}) {line} ;;\n" for node, line in job.steps)
         per_node = f'case "$SLURMD_NODENAME" in\n{cases}  *) echo "no line for $SLURMD_NODENAME" >&2; exit 2 ;;\nesac'
-        lines.append(f'srun --ntasks-per-node=1 --ntasks={len(job.steps)} --cpus-per-task="$SLURM_CPUS_ON_NODE" --cpu-bind=none '
-                     f"--kill-on-bad-exit=1 bash -c {shlex.quote(per_node)}")
+        lines.append(f"srun --ntasks-per-node=1 --ntasks={len(job.steps)} {task} --kill-on-bad-exit=1 "
+                     f"bash -c {shlex.quote(per_node)}")
+        return "\n".join(lines) + "\n"
+    # --elastic: a step of its own on each node, so that a node's failure ends only its step; the
+    # job ends as the launcher on the first node (the rendezvous host) does, as over SSH. The
+    # others get a moment to finish with it.
+    step = f"srun --nodes=1 --ntasks=1 {task} --no-kill --kill-on-bad-exit=0 --nodelist"
+    lines += [f"{step}={shlex.quote(node)} bash -c {shlex.quote(line)} &" for node, line in job.steps[1:]]
+    first, line = job.steps[0]
+    lines += [
+        f"{step}={shlex.quote(first)} bash -c {shlex.quote(line)}",
+        "code=$?",
+        f"for _ in $(seq {ELASTIC_GRACE_S}); do [ -z \"$(jobs -rp)\" ] && break; sleep 1; done",
+        "exit $code",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -79,6 +79,7 @@ def batch_job(plan: JobPlan, states: dict[str, slurm.NodeState], time_limit_s: f
         steps=tuple((host.name, line) for host, line in launch_commands(plan)),
         time_limit_s=time_limit_s, gpus_per_node=min(gpus, tasks), comment=f"pycli job {plan.job_id}",
         job_id_env=TORCHRUN_RDZV_ID_ENV if plan.launcher == "torchrun" else "",
+        elastic=plan.elastic_min_np is not None,
     )
 
 

@@ -109,9 +109,8 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
         raise BadInput("--max-restarts does not work with --docker yet: restart the job with --resume")
     scheduler = choose_scheduler(request.scheduler, cluster.has_slurm)
     if scheduler == SLURM:
-        unsupported = {"--docker": request.container is not None, "--elastic": request.elastic}
-        if given := [flag for flag, used in unsupported.items() if used]:
-            raise BadInput(f"{', '.join(given)} do(es) not work through Slurm yet; add --scheduler ssh to start the job "
+        if request.container is not None:
+            raise BadInput("--docker does not work through Slurm yet; add --scheduler ssh to start the job "
                            "over SSH (outside the queue)")
     if request.threads_per_rank is not None and request.threads_per_rank < 1:
         raise BadInput(f"--threads-per-rank {request.threads_per_rank}: give the CPU threads of each rank, 1 or more")

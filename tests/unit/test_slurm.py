@@ -76,6 +76,28 @@ def test_the_script_hands_its_steps_the_slurm_job_id_when_asked(tmp_path):
     assert "export " not in slurm.sbatch_script(_job())
 
 
+def test_elastic_keeps_the_allocation_and_ends_as_the_first_node_s_launcher(tmp_path):
+    """--elastic: --no-kill, a step per node that may fail alone, the first node's exit is the job's."""
+    steps = (("node1", "echo first; exit 3"), ("node2", "echo second; exit 9"))
+    script = slurm.sbatch_script(_job(steps=steps, elastic=True))
+    assert "#SBATCH --no-kill\n" in script
+    srun_lines = [line for line in script.splitlines() if line.startswith("srun ")]
+    assert [line.endswith(" &") for line in srun_lines] == [True, False]  # node2 in the background, node1 waited for
+    for line, node in zip(srun_lines, ("node2", "node1")):
+        assert f"--nodes=1 --ntasks=1 " in line and f"--nodelist={node} " in line
+        assert "--no-kill --kill-on-bad-exit=0" in line and '--cpus-per-task="$SLURM_CPUS_ON_NODE"' in line
+    # Run as Slurm would, srun standing in for itself: the script exits with node1's code.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text('#!/bin/bash\nwhile [ "$1" != bash ]; do shift; done; exec "$@"\n')
+    (bin_dir / "srun").chmod(0o755)
+    (tmp_path / "job.sbatch").write_text(script)
+    ran = subprocess.run(["bash", str(tmp_path / "job.sbatch")], env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_CPUS_ON_NODE": "4"},
+                         capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 3 and sorted(ran.stdout.split()) == ["first", "second"], ran
+    assert "--no-kill" not in slurm.sbatch_script(_job(steps=steps))
+
+
 def test_job_id_from_sbatch_parsable():
     assert slurm.parse_job_id("42\n") == "42"
     assert slurm.parse_job_id("43;cluster_a\n") == "43"

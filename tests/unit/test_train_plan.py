@@ -369,3 +369,12 @@ def test_through_slurm_torchrun_meets_by_c10d_named_after_the_slurm_job():
     direct = plan(replace(cluster(), slurm_controller="n1"), workload="ddp", np=4, scheduler="ssh")
     assert not direct.ranks_by_rendezvous
     assert not plan(replace(cluster(), slurm_controller="n1"), workload="ddp", np=2, scheduler=None).ranks_by_rendezvous
+
+
+def test_through_slurm_elastic_torchrun_meets_by_c10d_and_its_agents_restart():
+    p = plan(replace(cluster(), slurm_controller="n1"), workload="ddp", np=4, scheduler=None, elastic=True, min_np=2)
+    assert p.slurm and p.restarts_by_agents
+    for host, line in launch_commands(p):
+        argv = shlex.split(line.split(" && exec env ", 1)[1])
+        assert argv[argv.index("--nnodes") + 1] == "1:2" and argv[argv.index("--rdzv-backend") + 1] == "c10d"
+        assert "--max-restarts" in argv and "--rdzv-id" not in argv  # the Slurm job's id, from the batch script
