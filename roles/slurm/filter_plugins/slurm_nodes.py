@@ -8,6 +8,9 @@ slurmctld sees them, for the role's wait and its verify step.
 suffix: not responding), CPUs and the reason it is down or drained. A node drained by a
 person (or by pycli's gates) keeps its state; a node Slurm itself drained because it
 registered with less than slurm.conf says is a configuration problem the role made.
+
+pycli reads sinfo too (pycli/slurm.py, which nodes a job can start on); the role does not import
+it, since it runs from a plain `ansible-playbook` without pycli installed.
 """
 
 from __future__ import annotations
