@@ -36,6 +36,7 @@ from pycli.local_plan import (
     NodePlan,
     check_inventory_owner,
     cluster_lock_path,
+    cluster_role_state_dirs,
     cluster_state_dir,
     default_inventory_path,
     inventory_owner,
@@ -336,6 +337,8 @@ def down(name: str, *, say=print) -> None:
         client = dockerapi.connect()
         had_network = bool(client.networks.list(filters={"label": f"{LABEL_CLUSTER}={name}"}))
         removed = _remove(client, name, None, cluster_state_dir(name))
+        for folder in cluster_role_state_dirs(name):  # a cluster made again under this name gets new ones
+            shutil.rmtree(folder, ignore_errors=True)
     if removed or had_network:
         say(f"cluster {name!r} removed ({len(removed)} nodes and network {network_name(name)})")
     else:

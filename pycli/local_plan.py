@@ -80,6 +80,16 @@ def cluster_state_dir(name: str) -> Path:
     return state_dir() / "clusters" / name
 
 
+# What the roles keep per cluster under $PYCLI_STATE, in a folder named after a local cluster
+# (pycli_local_cluster; roles/ssh_trust's ssh_trust_key_dir, roles/slurm's slurm_secret_dir).
+ROLE_STATE_DIRS = ("ssh_trust", "slurm")
+
+
+def cluster_role_state_dirs(name: str) -> list[Path]:
+    """The cluster key pair and Slurm's secrets the roles made for local cluster `name`: `cluster down` removes them."""
+    return [state_dir() / role / name for role in ROLE_STATE_DIRS]
+
+
 def cluster_lock_path(name: str) -> Path:
     """The lock `cluster up` and `cluster down` hold while they change cluster `name`.
 

@@ -14,6 +14,7 @@ import pytest
 
 from pycli import dockerapi, local_cluster
 from pycli.errors import BadInput
+from tests.conftest import ROOT
 from pycli.local_plan import check_inventory_owner, inventory_owner, plan_cluster, render_local_inventory
 
 
@@ -87,6 +88,24 @@ def test_removing_a_cluster_leaves_another_clusters_inventory(tmp_path):
     assert theirs.exists()
     local_cluster._remove(_NoContainers(), "b", ours, None)
     assert not ours.exists()
+
+
+def test_down_removes_the_keys_and_secrets_the_roles_made_for_that_cluster_only(tmp_path, monkeypatch):
+    from pycli.local_plan import ROLE_STATE_DIRS
+
+    monkeypatch.setenv("PYCLI_STATE", str(tmp_path / "state"))
+    monkeypatch.setattr(dockerapi, "connect", lambda: _NoContainers())
+    for role in ROLE_STATE_DIRS:
+        for name in ("b", "bb"):
+            (tmp_path / "state" / role / name).mkdir(parents=True)
+            (tmp_path / "state" / role / name / "secret").write_text("x")
+    local_cluster.down("b", say=lambda _: None)
+    for role in ROLE_STATE_DIRS:
+        assert not (tmp_path / "state" / role / "b").exists() and (tmp_path / "state" / role / "bb" / "secret").exists()
+    # The folders are the roles' own: ssh_trust_key_dir and slurm_secret_dir end in <role>/<cluster name>.
+    for role, var in zip(ROLE_STATE_DIRS, ("ssh_trust_key_dir", "slurm_secret_dir")):
+        defaults = (ROOT / "roles" / role / "defaults" / "main.yml").read_text()
+        assert var in defaults and f"~ '/{role}/' ~ {role}_cluster_name" in defaults
 
 
 # --- one pycli at a time ---------------------------------------------------------------------
