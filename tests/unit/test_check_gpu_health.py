@@ -287,47 +287,29 @@ def test_a_probe_output_cut_before_the_kernel_log_is_not_a_pass():
     assert node.unread == ["the kernel log could not be read (the probe printed no kernel log section): its Xids are unknown"]
 
 
-# --- A real H200, read on a machine lent to this project (2026-11-26) -------------------------
+# --- A real H200 and a real H100, read on machines lent to this project (2026-11-26) ----------
+
+LENT = pytest.mark.parametrize(("machine", "name"), [("h200", "NVIDIA H200"), ("h100", "NVIDIA H100 80GB HBM3")])
 
 
-def test_a_healthy_h200_on_the_open_kernel_module_has_no_problems_and_no_notes():
-    [gpu] = parse_nvidia_smi_q(recorded("nvidia-smi-q-h200-580.txt"))
-    assert (gpu.index, gpu.bus_id, gpu.name, gpu.ecc) == (0, "00000000:00:06.0", "NVIDIA H200", "Enabled")
+@LENT
+def test_a_healthy_gpu_on_the_open_kernel_module_has_no_problems_and_no_notes(machine, name):
+    [gpu] = parse_nvidia_smi_q(recorded(f"nvidia-smi-q-{machine}-580.txt"))
+    assert (gpu.index, gpu.bus_id, gpu.name, gpu.ecc) == (0, "00000000:00:06.0", name, "Enabled")
     assert (gpu.volatile_uncorrectable, gpu.aggregate_uncorrectable) == (0, 0)
     assert not (gpu.remap_pending or gpu.remap_failed or gpu.retirement_pending or gpu.reset_required)
     assert gpu.slowdowns == () and gpu.problems() == [] and gpu.notes() == []
 
 
-def test_the_h200s_boot_log_has_driver_lines_but_no_xid():
-    log = recorded("kernel-log-h200-580.txt")
+@LENT
+def test_the_boot_log_has_driver_lines_but_no_xid(machine, name):
+    log = recorded(f"kernel-log-{machine}-580.txt")
     assert "NVRM: loading NVIDIA UNIX Open Kernel Module" in log
     assert parse_xids(log) == []
 
 
-def test_the_h200_node_passes_the_health_gate_without_dcgm():
-    node = evaluate_node("gpu1", _sections(recorded("nvidia-smi-q-h200-580.txt")), 0)
-    result, suspects = evaluate_gpu_health([node], {}, 0)
-    assert result.status == PASS and suspects == {}, result
-
-
-# --- A real H100, read on a machine lent to this project (2026-11-26) -------------------------
-
-
-def test_a_healthy_h100_on_the_open_kernel_module_has_no_problems_and_no_notes():
-    [gpu] = parse_nvidia_smi_q(recorded("nvidia-smi-q-h100-580.txt"))
-    assert (gpu.index, gpu.bus_id, gpu.name, gpu.ecc) == (0, "00000000:00:06.0", "NVIDIA H100 80GB HBM3", "Enabled")
-    assert (gpu.volatile_uncorrectable, gpu.aggregate_uncorrectable) == (0, 0)
-    assert not (gpu.remap_pending or gpu.remap_failed or gpu.retirement_pending or gpu.reset_required)
-    assert gpu.slowdowns == () and gpu.problems() == [] and gpu.notes() == []
-
-
-def test_the_h100s_boot_log_has_driver_lines_but_no_xid():
-    log = recorded("kernel-log-h100-580.txt")
-    assert "NVRM: loading NVIDIA UNIX Open Kernel Module" in log
-    assert parse_xids(log) == []
-
-
-def test_the_h100_node_passes_the_health_gate_without_dcgm():
-    node = evaluate_node("gpu1", _sections(recorded("nvidia-smi-q-h100-580.txt")), 0)
+@LENT
+def test_the_node_passes_the_health_gate_without_dcgm(machine, name):
+    node = evaluate_node("gpu1", _sections(recorded(f"nvidia-smi-q-{machine}-580.txt")), 0)
     result, suspects = evaluate_gpu_health([node], {}, 0)
     assert result.status == PASS and suspects == {}, result
