@@ -144,7 +144,14 @@ def _wait_gone(pid: int, within_s: float = 10) -> bool:
 def test_interrupting_a_local_process_sends_sigint_to_its_whole_group():
     # bash waits for its foreground child; SIGINT to the group ends the child and runs bash's trap.
     lines: list[str] = []
-    proc = RemoteProcess(HERE, "trap 'echo interrupted; exit 7' INT; echo started; sleep 60; echo never", "", lines.append)
+    # As run_processes does while a job runs: pycli handles SIGINT, so the job starts with
+    # SIGINT's default. A process started in the background by a script (a CI runner) ignores
+    # SIGINT; the job would inherit that, and neither bash's trap nor the sleep could hear it.
+    previous = signal.signal(signal.SIGINT, lambda *_: None)
+    try:
+        proc = RemoteProcess(HERE, "trap 'echo interrupted; exit 7' INT; echo started; sleep 60; echo never", "", lines.append)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     _wait_for(lambda: lines == ["started"])
     proc.interrupt()
     assert proc.wait(timeout=10) == 7
