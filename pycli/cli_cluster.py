@@ -26,7 +26,10 @@ MIRROR = typer.Option(DEFAULT_MIRROR, "--mirror", help="Debian mirror for the no
 
 
 def _spec(ca_bundle: Path | None, mirror: str) -> ImageSpec:
-    return ImageSpec(suite=DEFAULT_SUITE, mirror=mirror, ca_bundle=ca_bundle)
+    """The node image asked for, checked before anything talks to the Docker engine."""
+    spec = ImageSpec(suite=DEFAULT_SUITE, mirror=mirror, ca_bundle=ca_bundle)
+    spec.validate()
+    return spec
 
 
 @cluster_app.command("image")
@@ -34,7 +37,8 @@ def image_cmd(ca_bundle: Path | None = CA_BUNDLE, mirror: str = MIRROR) -> None:
     """Build the Debian 12 node image (debootstrap + docker import); does nothing when it is built."""
     from pycli.dockerapi import connect
 
-    ensure_image(connect(), _spec(ca_bundle, mirror))
+    spec = _spec(ca_bundle, mirror)
+    ensure_image(connect(), spec)
 
 
 @cluster_app.command("up")
