@@ -25,7 +25,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = ROOT / ".venv" / "bin"
-DEFAULT_VARS = ROOT / "molecule" / "default" / "group_vars" / "nodes.yml"
 GOALS_S = {"warm": 300.0, "no-change": 60.0}
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
@@ -51,11 +50,11 @@ def cluster_down(name: str, env: dict[str, str]) -> None:
     sh([str(VENV_BIN / "pycli"), "cluster", "down", "--name", name], env)
 
 
-def provision(phase: str, inventory: Path, extra_vars: Path, env: dict[str, str], logs: Path) -> dict:
+def provision(phase: str, inventory: Path, extra_vars: Path | None, env: dict[str, str], logs: Path) -> dict:
     log = logs / f"{phase}.log"
+    extra = ["-e", f"@{extra_vars}"] if extra_vars else []
     elapsed, output = sh(
-        [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), "-e", f"@{extra_vars}", "playbooks/site.yml"],
-        env, log,
+        [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), *extra, "playbooks/site.yml"], env, log,
     )
     recap = {host: {"ok": int(ok), "changed": int(ch), "failed": int(fa)} for host, ok, ch, _, fa in RECAP.findall(output)}
     return {"phase": phase, "seconds": round(elapsed, 1), "changed": sum(h["changed"] for h in recap.values()),
@@ -66,7 +65,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--name", default="bench", help="local cluster name (default: bench)")
     parser.add_argument("--skip-cold", action="store_true", help="only warm + no-change, with the cache in $PYCLI_CACHE")
-    parser.add_argument("--extra-vars", type=Path, default=DEFAULT_VARS, help="vars file (default: the test bed's)")
+    parser.add_argument("--extra-vars", type=Path,
+                        help="a vars file on top of the test bed's settings, which `pycli cluster up` writes into the inventory")
     parser.add_argument("--ca-bundle", default="/etc/ssl/certs/ca-certificates.crt")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()

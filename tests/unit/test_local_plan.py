@@ -4,13 +4,10 @@ import ipaddress
 from pathlib import Path
 
 import pytest
-import yaml
 
 from pycli.errors import BadInput
-from tests.conftest import ROOT
 from pycli.local_plan import (
     INVENTORY_MARKER,
-    LOCAL_BED_VARS,
     LOCAL_NODE_SLOTS,
     SUBNET_POOL,
     parse_subnet,
@@ -169,11 +166,3 @@ def test_test_bed_settings_read_back_as_data(tmp_path):
     }
     assert merged["openmpi_source_sha256"] == "ddaee7dbdb01eb4fab1fda5b5e03e8bbff026711806c095c1f39bb410f99f263"
     assert merged["common_extra_ca_bundle"] == str(ca.resolve())
-
-
-def test_molecule_default_builds_the_same_open_mpi_as_the_test_bed():
-    """One Open MPI build per `make test`: the scenario's settings are the bed's, so its converge
-    unpacks the artifact the integration tests' cluster left in the shared cache."""
-    scenario = yaml.safe_load((ROOT / "molecule" / "default" / "group_vars" / "nodes.yml").read_text())
-    for name in ("openmpi_version", "openmpi_source_url", "openmpi_source_sha256", "openmpi_with_pmi"):
-        assert scenario[name] == LOCAL_BED_VARS[name], name

@@ -1,0 +1,91 @@
+"""What the CPU roles promise about the nodes they leave, checked on the session's provisioned
+cluster: the SSH trust files, the builds' local facts, Horovod with the shipped source patch,
+`playbooks/check.yml` passing, and a node's lost Open MPI put back from the controller cache
+without a build."""
+
+import json
+import os
+import re
+import subprocess
+
+import docker
+import pytest
+import yaml
+
+from pycli.local_plan import LOCAL_BED_VARS
+from tests.conftest import ROOT, run_pycli
+from tests.integration.conftest import CLUSTER
+from tests.integration.test_cache_stage import changed_tasks
+from tests.integration.test_node_down import _address
+from tests.integration.test_slurm import node_run
+
+pytestmark = pytest.mark.integration
+NODES = ("node1", "node2")
+HOROVOD_VERSION = yaml.safe_load((ROOT / "roles" / "horovod" / "defaults" / "main.yml").read_text())["horovod_version"]
+
+
+def _read(node: str, path: str) -> str:
+    code, out = node_run(node, "cat", path)
+    assert code == 0, f"{node}: {path}: {out}"
+    return out
+
+
+def _fact(node: str, name: str) -> dict:
+    return json.loads(_read(node, f"/etc/ansible/facts.d/{name}.fact"))
+
+
+def test_every_node_knows_every_other_and_the_cluster_key_works_only_from_the_nodes(provisioned_cluster):
+    addresses = {node: _address(provisioned_cluster, node) for node in NODES}
+    # The controller, as the nodes see it: the cluster network's gateway.
+    network = docker.from_env().networks.get(f"pycli-{CLUSTER}")
+    gateway = network.attrs["IPAM"]["Config"][0]["Gateway"]
+    for node in NODES:
+        known = _read(node, "/etc/ssh/ssh_known_hosts")
+        for peer, address in addresses.items():
+            for name in (peer, address):
+                assert re.search(rf"(^|\n|,){re.escape(name)}[ ,]", known), f"{node}: {name} not in ssh_known_hosts"
+        (line,) = [line for line in _read(node, "/root/.ssh/authorized_keys").splitlines() if " pycli-cluster-" in line]
+        assert line.startswith('restrict,from="'), line
+        allowed = line.split('from="', 1)[1].split('"', 1)[0].split(",")
+        assert set(addresses.values()) <= set(allowed) and gateway not in allowed, (node, line)
+
+
+def test_the_builds_record_their_versions_and_flags_and_horovod_carries_the_patch(provisioned_cluster):
+    for node in NODES:
+        openmpi = _fact(node, "openmpi")
+        assert openmpi["version"] == LOCAL_BED_VARS["openmpi_version"], openmpi
+        assert "--enable-orterun-prefix-by-default" in openmpi["configure_flags"], openmpi
+        assert any(flag.startswith("--with-pmi=") for flag in openmpi["configure_flags"]), openmpi
+        horovod = _fact(node, "horovod")
+        assert horovod["version"] == HOROVOD_VERSION, horovod
+        assert horovod["build_env"]["HOROVOD_WITH_MPI"] == "1" and horovod["build_env"]["HOROVOD_WITH_GLOO"] == "1"
+        # The shipped source patch adds HandleManager::WaitHandle (ranks wait without spinning).
+        code, out = node_run(node, "sh", "-c", "grep -c WaitHandle $(find /opt/pycli/venv/lib -name 'mpi_lib_v2*.so')")
+        assert code == 0 and int(out.strip()) > 0, f"{node}: Horovod's PyTorch extension lacks the patch: {out}"
+
+
+def test_playbooks_check_yml_runs_pycli_s_gates(provisioned_cluster, tmp_path):
+    """The playbook for those who drive the cluster with ansible-playbook; `pycli check` itself
+    is tested gate by gate (test_bench_check.py), so one controller is enough here."""
+    proc = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(provisioned_cluster), "playbooks/check.yml",
+         "-e", '{"check_controllers": ["mpi"]}'],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "PYCLI_RUNS": str(tmp_path / "runs")},
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "gates passed" in proc.stdout, proc.stdout[-3000:]
+
+
+def test_a_node_that_lost_open_mpi_gets_it_back_from_the_cache_without_a_build(provisioned_cluster, tmp_path):
+    prefix = _fact("node2", "openmpi")["prefix"]
+    assert node_run("node2", "rm", "-rf", prefix)[0] == 0
+    runs = tmp_path / "runs"
+    proc = run_pycli("provision", str(provisioned_cluster), "--tags", "openmpi", env={"PYCLI_RUNS": str(runs)},
+                     timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    changed = changed_tasks(runs)
+    assert changed and all(task.startswith("node2: ") for task in changed), changed
+    assert not [task for task in changed if re.search(r"Configure|Compile|Install into the prefix|Pack", task)], changed
+    code, out = node_run("node2", f"{prefix}/bin/ompi_info", "--version")
+    assert code == 0 and f"v{LOCAL_BED_VARS['openmpi_version']}" in out, out
