@@ -59,6 +59,47 @@ def test_the_compute_gate_names_exactly_the_slow_node():
     assert broken.status == FAIL and "node2: No module named 'torch'" in broken.message
 
 
+def _compute_rounds(monkeypatch, tmp_path, rounds: list[dict[str, float]]):
+    """gate_compute on three nodes whose probes answer `rounds` in turn; the gate and its context."""
+    import pycli.check_deep as check_deep
+    from pycli.check_gates import CheckContext
+    from pycli.cluster_model import Cluster, Host
+    from pycli.nodes import NodeOutput
+
+    answered = iter(rounds)
+
+    def ssh_each(commands, timeout_s, stdin):
+        figures = next(answered)
+        return {host.name: NodeOutput(host.name, 0, json.dumps({"cpu": figures[host.name]}) + "\n") for host, _ in commands}
+
+    monkeypatch.setattr(check_deep, "ssh_each", ssh_each)
+    hosts = tuple(Host(f"node{i}", f"10.0.0.{i}", user="root") for i in (1, 2, 3))
+    ctx = CheckContext(Cluster(hosts, "node1"), tmp_path, check_options())
+    return check_deep.gate_compute(ctx), ctx, answered
+
+
+def test_a_node_slow_in_one_round_is_measured_again_and_not_named(monkeypatch, tmp_path):
+    result, ctx, left = _compute_rounds(monkeypatch, tmp_path, [
+        {"node1": 146.0, "node2": 85.0, "node3": 153.0},  # CI, 2026-11-27: node2 at 0.57 for one 2 s probe
+        {"node1": 131.0, "node2": 140.0, "node3": 124.0},
+        {"node1": 1.0, "node2": 1.0, "node3": 1.0},  # never asked
+    ])
+    assert result.status == PASS and ctx.suspects == {}, result
+    assert ctx.deep["compute"]["rounds"] == 2 and ctx.deep["compute"]["gflops"] == {"node1": 146.0, "node2": 140.0, "node3": 153.0}
+    assert "each node's best of 2 rounds" in result.figure and next(left)["node1"] == 1.0
+
+
+def test_a_node_slow_in_both_rounds_is_named(monkeypatch, tmp_path):
+    result, ctx, _ = _compute_rounds(monkeypatch, tmp_path, [
+        {"node1": 144.0, "node2": 145.0, "node3": 12.7}, {"node1": 120.0, "node2": 150.0, "node3": 13.0},
+    ])
+    assert result.status == FAIL and list(ctx.suspects) == ["node3"] and ctx.deep["compute"]["rounds"] == 2
+    assert result.message.startswith("node3: compute 0.09 of the median (below 0.6)"), result.message
+    assert "each node's best of 2 rounds" in result.figure
+    healthy, ctx, left = _compute_rounds(monkeypatch, tmp_path, [{"node1": 40.0, "node2": 35.0, "node3": 38.0}, {}])
+    assert healthy.status == PASS and ctx.deep["compute"]["rounds"] == 1 and "rounds" not in healthy.figure
+
+
 def test_the_link_gate_names_the_pairs_through_the_slow_node_and_the_node_itself():
     names = ["node1", "node2", "node3", "node4"]
     slow = "node3"
