@@ -12,6 +12,7 @@ from rich.table import Table
 
 from pycli import local_cluster
 from pycli.cli_options import JSON_OPTION, output_option
+from pycli.inventory_writer import opt_in_groups
 from pycli.local_image import DEFAULT_MIRROR, DEFAULT_SUITE, ImageSpec, ensure_image
 from pycli.local_plan import LOCAL_NODE_SLOTS, validate_name
 
@@ -57,9 +58,14 @@ def up_cmd(
     slurm: bool = typer.Option(
         False, "--slurm", help="Opt in to Slurm: node1 in group slurm_controller; provisioning installs Slurm on every node."
     ),
+    monitoring: bool = typer.Option(
+        False, "--monitoring", help="Opt in to monitoring: node1 in group monitoring; provisioning installs Prometheus and "
+        "Alertmanager there and node-exporter on every node."
+    ),
 ) -> None:
     """Start NODES systemd node containers reachable over SSH and write their inventory."""
-    local_cluster.up(name, nodes, slots=slots, subnet=subnet, image=_spec(ca_bundle, mirror), inventory=output, slurm=slurm)
+    local_cluster.up(name, nodes, slots=slots, subnet=subnet, image=_spec(ca_bundle, mirror), inventory=output,
+                     opt_in=opt_in_groups(slurm=slurm, monitoring=monitoring))
 
 
 @cluster_app.command("down")

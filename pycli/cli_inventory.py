@@ -33,7 +33,7 @@ from pycli.cluster_model import (
 from pycli.drained import for_jobs
 from pycli.errors import BadInput, notice, read_user_text, text_of
 from pycli.gpu_reports import count_listed_gpus
-from pycli.inventory_writer import HostEntry, render_inventory, write_text_atomically
+from pycli.inventory_writer import HostEntry, opt_in_groups, render_inventory, write_text_atomically
 from pycli.launch_lines import job_process_pattern
 
 inventory_app = typer.Typer(help="Write and read cluster inventories (hosts, SSH access, slots).", no_args_is_help=True)
@@ -53,7 +53,8 @@ class ClusterSettings:
     launcher: str | None = None
     venv: str | None = None  # the venv jobs run in on every host (VENV_VAR); None: the common role's
     work_dir: str | None = None  # the jobs' folder on every host (WORK_DIR_VAR); None: the common role's
-    slurm: bool = False  # group slurm_controller with the launcher: provisioning adds Slurm (role slurm)
+    # Opt-in groups (inventory_writer.OPT_IN_GROUPS) naming the launcher: slurm_controller, monitoring.
+    opt_in: tuple[str, ...] = ()
 
 
 _HOW_TO_EDIT = [
@@ -92,7 +93,7 @@ def new_inventory_text(entries: Sequence[HostEntry], settings: ClusterSettings, 
         entries,
         group_vars=group_vars,
         launcher=settings.launcher,
-        slurm_controller=(settings.launcher or entries[0].name) if settings.slurm else None,
+        opt_in={group: settings.launcher or entries[0].name for group in settings.opt_in},
         header=[f"Cluster inventory written by 'pycli inventory new' from {made_from}.", *_HOW_TO_EDIT],
         var_comments={
             "slots": "Processes per host (the GPU count on GPU hosts), unless a host line sets its own.",
@@ -233,6 +234,10 @@ def new_cmd(
         False, "--slurm", help="Opt in to Slurm: group slurm_controller with the launcher host (slurmctld, slurmdbd); "
         "provisioning installs Slurm on every host and 'pycli train' submits through it."
     ),
+    monitoring: bool = typer.Option(
+        False, "--monitoring", help="Opt in to monitoring: group monitoring with the launcher host (Prometheus, "
+        "Alertmanager); provisioning installs node-exporter on every host."
+    ),
     force: bool = typer.Option(False, "--force", help="Replace OUTPUT if it exists."),
 ) -> None:
     """Write a plain, commented INI inventory of a host list, a hostfile, a horovodrun -H string or this machine (--local)."""
@@ -247,7 +252,7 @@ def new_cmd(
         entries, made_from = _host_lines(hosts, hosts_file, horovod_hosts)
     settings = ClusterSettings(slots=slots, user=user, port=port, key=_key_path(key), launcher=launcher_host,
                                venv=node_path(venv, "--venv", here=local), work_dir=work_dir_path(work_dir, here=local),
-                               slurm=slurm)
+                               opt_in=opt_in_groups(slurm=slurm, monitoring=monitoring))
     text = new_inventory_text(entries, settings, made_from=made_from)
     write_text_atomically(output, text, force=force)
     print(f"wrote {output} ({len(entries)} hosts); check it with 'pycli inventory show {output}'")

@@ -23,7 +23,7 @@ from typing import Any
 
 from pycli.ansible_inventory import read_with_ansible
 from pycli.errors import BadInput, problems_error
-from pycli.inventory_writer import LAUNCHER_GROUP, NODES_GROUP, SLURM_CONTROLLER_GROUP, HostEntry
+from pycli.inventory_writer import LAUNCHER_GROUP, MONITORING_GROUP, NODES_GROUP, SLURM_CONTROLLER_GROUP, HostEntry
 
 DEFAULT_SSH_PORT = 22
 # Later the GPU count found on the host; until a host has been looked at, one process.
@@ -52,8 +52,13 @@ SHARED_CPUS_VAR = "pycli_nodes_share_cpus"
 # How many job folders (and staged files) a node keeps (pycli.job_files).
 JOBS_KEPT_VAR = "pycli_jobs_kept"
 SETTINGS_VARS = (VENV_VAR, WORK_DIR_VAR, INTERFACE_VAR, SHARED_CPUS_VAR, JOBS_KEPT_VAR)
+# Where Alertmanager posts alerts (role monitoring): checked here, so a bad one is one line
+# before provisioning starts, not a failed play.
+WEBHOOK_VAR = "monitoring_alert_webhook_url"
 # Every variable pycli reads; Ansible templates them ("{{ ... }}") before pycli sees them.
-READ_VARS = (*ADDRESS_VARS, *PORT_VARS, *USER_VARS, SLOTS_VAR, *KEY_VARS, *SSH_ARGS_VARS, CONNECTION_VAR, *SETTINGS_VARS)
+READ_VARS = (*ADDRESS_VARS, *PORT_VARS, *USER_VARS, SLOTS_VAR, *KEY_VARS, *SSH_ARGS_VARS, CONNECTION_VAR, *SETTINGS_VARS,
+             WEBHOOK_VAR)
+_WEBHOOK_URL = re.compile(r"^https?://[^\s/?#]+(/\S*)?$")
 
 _DNS_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 # Linux's rule for a device name (at most 15 characters; no '/', ':' or blank), narrowed
@@ -115,6 +120,8 @@ class Cluster:
     drained: tuple[Drained, ...] = ()
     # The host of group `slurm_controller` (slurmctld, slurmdbd): the inventory opts in to Slurm.
     slurm_controller: str | None = None
+    # The host of group `monitoring` (Prometheus, Alertmanager): the inventory opts in to monitoring.
+    monitoring_host: str | None = None
 
     @property
     def has_slurm(self) -> bool:
@@ -234,15 +241,30 @@ def launcher_problem(launcher: str | None, node_names: Sequence[str]) -> str | N
     )
 
 
-def slurm_controller_problem(names: Sequence[str], node_names: Sequence[str]) -> str | None:
-    """Why group `slurm_controller` cannot name Slurm's controller, or None when it can (or is absent)."""
+# What each opt-in group's host is called, where it runs what, and why it must be a node too.
+_OPT_IN_HOSTS = {
+    SLURM_CONTROLLER_GROUP: ("slurm controller", "where slurmctld and slurmdbd run", "it runs slurmd too"),
+    MONITORING_GROUP: ("monitoring host", "where Prometheus and Alertmanager run", "it runs node-exporter too"),
+}
+
+
+def opt_in_problem(group: str, names: Sequence[str], node_names: Sequence[str]) -> str | None:
+    """Why an opt-in group (slurm_controller, monitoring) cannot name its one host, or None when it can
+    (or is absent)."""
+    called, where, why = _OPT_IN_HOSTS[group]
     if len(names) > 1:
-        return (f"group '{SLURM_CONTROLLER_GROUP}' names {len(names)} hosts ({_some_names(names)}); "
-                "name exactly one, where slurmctld and slurmdbd run")
+        return f"group '{group}' names {len(names)} hosts ({_some_names(names)}); name exactly one, {where}"
     if names and names[0] not in node_names:
-        return (f"slurm controller {names[0]!r} (group '{SLURM_CONTROLLER_GROUP}') is not in group '{NODES_GROUP}'; "
-                f"name one of the training hosts ({_some_names(node_names)}): it runs slurmd too")
+        return (f"{called} {names[0]!r} (group '{group}') is not in group '{NODES_GROUP}'; "
+                f"name one of the training hosts ({_some_names(node_names)}): {why}")
     return None
+
+
+def webhook_problem(value: object) -> str | None:
+    """Why a monitoring_alert_webhook_url is no URL Alertmanager can post to, or None."""
+    if value in (None, "") or _WEBHOOK_URL.match(str(value)):
+        return None
+    return f"{WEBHOOK_VAR} {str(value)!r} is not an http:// or https:// URL; give the address that takes the alerts"
 
 
 def duplicate_problems(hosts: Sequence[Host]) -> list[str]:
@@ -391,9 +413,9 @@ def load_cluster(path: Path | str) -> Cluster:
     # reported as missing; the launcher check runs once, here.
     if (why := launcher_problem(launcher, groups[NODES_GROUP])) is not None:
         problems.append(why)
-    slurm_names = groups.get(SLURM_CONTROLLER_GROUP, [])
-    if (why := slurm_controller_problem(slurm_names, groups[NODES_GROUP])) is not None:
-        problems.append(why)
+    opt_in = {group: groups.get(group, []) for group in _OPT_IN_HOSTS}
+    problems += [why for group, names in opt_in.items() if (why := opt_in_problem(group, names, groups[NODES_GROUP]))]
+    problems += sorted({why for name in groups[NODES_GROUP] if (why := webhook_problem(host_vars[name].get(WEBHOOK_VAR)))})
     if hosts or not groups[NODES_GROUP]:
         problems += cluster_problems(hosts, launcher=None)
     if problems:
@@ -401,7 +423,8 @@ def load_cluster(path: Path | str) -> Cluster:
     launcher = launcher or hosts[0].name
     settings = {var: host_vars[launcher][var] for var in SETTINGS_VARS if host_vars[launcher].get(var) not in (None, "")}
     return Cluster(hosts=tuple(hosts), launcher=launcher, settings=settings, inventory=path,
-                   slurm_controller=slurm_names[0] if slurm_names else None)
+                   slurm_controller=next(iter(opt_in[SLURM_CONTROLLER_GROUP]), None),
+                   monitoring_host=next(iter(opt_in[MONITORING_GROUP]), None))
 
 
 def _check_readable(path: Path) -> None:

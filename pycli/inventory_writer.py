@@ -19,6 +19,21 @@ NODES_GROUP = "nodes"
 LAUNCHER_GROUP = "launcher"
 # Opt-in to Slurm (role slurm): the one host of this group runs slurmctld and slurmdbd.
 SLURM_CONTROLLER_GROUP = "slurm_controller"
+# Opt-in to monitoring (role monitoring): the one host of this group runs Prometheus and Alertmanager.
+MONITORING_GROUP = "monitoring"
+# The opt-in groups, each naming one host of `nodes`, with the line the inventory says of it.
+OPT_IN_GROUPS = {
+    SLURM_CONTROLLER_GROUP: "Slurm's controller (slurmctld, slurmdbd with MariaDB); every host of [nodes] runs slurmd.",
+    MONITORING_GROUP: "Monitoring: Prometheus and Alertmanager; every host of [nodes] runs node-exporter.",
+}
+
+
+
+def opt_in_groups(*, slurm: bool = False, monitoring: bool = False) -> tuple[str, ...]:
+    """The opt-in groups that `--slurm` and `--monitoring` ask for, in OPT_IN_GROUPS' order."""
+    asked = {SLURM_CONTROLLER_GROUP: slurm, MONITORING_GROUP: monitoring}
+    return tuple(group for group in OPT_IN_GROUPS if asked[group])
+
 
 _PLAIN_VALUE = re.compile(r"^[A-Za-z0-9_./:@%+,~-]+$")
 
@@ -79,11 +94,12 @@ def render_inventory(
     *,
     group_vars: Mapping[str, object] | None = None,
     launcher: str | None = None,
-    slurm_controller: str | None = None,
+    opt_in: Mapping[str, str] | None = None,
     header: Iterable[str] = (),
     var_comments: Mapping[str, str] | None = None,
 ) -> str:
-    """Render an INI inventory: group `nodes`, optional `launcher` and `slurm_controller`, cluster-wide `[nodes:vars]`."""
+    """Render an INI inventory: group `nodes`, optional `launcher` and opt-in groups (OPT_IN_GROUPS: group -> its
+    host), cluster-wide `[nodes:vars]`."""
     hosts = list(hosts)
     var_comments = var_comments or {}
     out = _comment_block(header)
@@ -97,9 +113,8 @@ def render_inventory(
     if launcher:
         where = "# Where jobs start (mpirun/horovodrun run here); without it, the first node."
         out += ["", where, f"[{LAUNCHER_GROUP}]", launcher]
-    if slurm_controller:
-        where = "# Slurm's controller (slurmctld, slurmdbd with MariaDB); every host of [nodes] runs slurmd."
-        out += ["", where, f"[{SLURM_CONTROLLER_GROUP}]", slurm_controller]
+    for group, name in (opt_in or {}).items():
+        out += ["", f"# {OPT_IN_GROUPS[group]}", f"[{group}]", name]
     if group_vars:
         out += ["", "# Settings for the whole cluster; a host line's own value wins.", f"[{NODES_GROUP}:vars]"]
         for key, val in group_vars.items():

@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import tarfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -180,7 +180,7 @@ def up(
     subnet: str | None = None,
     image: ImageSpec = ImageSpec(),
     inventory: Path | None = None,
-    slurm: bool = False,
+    opt_in: Sequence[str] = (),
     say=print,
 ) -> Path:
     """Start the cluster (or find it already up) and return the path of its inventory."""
@@ -191,11 +191,11 @@ def up(
     inventory = inventory or default_inventory_path(name)
     with cluster_lock(name):
         check_inventory_owner(inventory, _read_if_there(inventory), name)
-        return _up(name, count, slots, asked_subnet, image, inventory, slurm, say)
+        return _up(name, count, slots, asked_subnet, image, inventory, opt_in, say)
 
 
 def _up(name: str, count: int, slots: int, asked_subnet: ipaddress.IPv4Network | None, image: ImageSpec,
-        inventory: Path, slurm: bool, say) -> Path:
+        inventory: Path, opt_in: Sequence[str], say) -> Path:
     from pycli import dockerapi
 
     client = dockerapi.connect()
@@ -223,7 +223,7 @@ def _up(name: str, count: int, slots: int, asked_subnet: ipaddress.IPv4Network |
             raise BadInput(f"--subnet {chosen} overlaps a docker network that exists; choose another")
     else:
         chosen = pick_subnet(name, _taken_subnets(client))
-    plan = plan_cluster(name, count, chosen, slots, slurm)
+    plan = plan_cluster(name, count, chosen, slots, opt_in)
     clashes = [n.container for n in plan.nodes if client.containers.list(all=True, filters={"name": f"^/{n.container}$"})]
     if clashes:
         raise BadInput(f"containers already named {', '.join(clashes)} exist; remove them or choose another --name")

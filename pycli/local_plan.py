@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +52,9 @@ class ClusterPlan:
     subnet: ipaddress.IPv4Network
     nodes: tuple[NodePlan, ...]
     slots: int = LOCAL_NODE_SLOTS
-    slurm: bool = False  # group slurm_controller with the first node: provisioning adds Slurm
+    # Opt-in groups (inventory_writer.OPT_IN_GROUPS) that name the first node: slurm_controller (provisioning
+    # adds Slurm), monitoring (Prometheus and node-exporter).
+    opt_in: tuple[str, ...] = ()
 
 
 def validate_name(name: str) -> None:
@@ -152,7 +155,7 @@ def parse_subnet(text: str) -> ipaddress.IPv4Network:
 
 
 def plan_cluster(name: str, count: int, subnet: ipaddress.IPv4Network, slots: int = LOCAL_NODE_SLOTS,
-                 slurm: bool = False) -> ClusterPlan:
+                 opt_in: Sequence[str] = ()) -> ClusterPlan:
     """Names and addresses of every node: pure, so it can be checked before anything is made."""
     validate_name(name)
     validate_node_count(count)
@@ -166,7 +169,8 @@ def plan_cluster(name: str, count: int, subnet: ipaddress.IPv4Network, slots: in
                  address=str(subnet.network_address + FIRST_NODE_OFFSET + i))
         for i in range(1, count + 1)
     )
-    return ClusterPlan(name=name, network=network_name(name), subnet=subnet, nodes=nodes, slots=slots, slurm=slurm)
+    return ClusterPlan(name=name, network=network_name(name), subnet=subnet, nodes=nodes, slots=slots,
+                       opt_in=tuple(opt_in))
 
 
 # What the local test bed needs beyond the role defaults: these nodes are containers on a
@@ -228,7 +232,7 @@ def render_local_inventory(plan: ClusterPlan, key: Path, known_hosts: Path, ca_b
         bed_vars["common_extra_ca_bundle"] = str(ca_bundle.resolve())
     return render_inventory(
         [HostEntry(name=node.hostname, address=node.address) for node in plan.nodes],
-        slurm_controller=plan.nodes[0].hostname if plan.slurm else None,
+        opt_in={group: plan.nodes[0].hostname for group in plan.opt_in},
         header=[
             f"{INVENTORY_HEADER} {plan.name!r}: {len(plan.nodes)} systemd node containers on",
             f"docker network {plan.network} ({plan.subnet}). Written by 'pycli cluster up';",

@@ -192,6 +192,9 @@ SLURM_INVENTORY = INVENTORY + "[slurm_controller]\nn1\n"
     (INVENTORY, ["jobs"], "this inventory has no Slurm"),
     (SLURM_INVENTORY, ["jobs", "--since", "now -1days"], "--since 'now -1days': give one time as sacct -S takes it"),
     (INVENTORY + "[slurm_controller]\nn9\n", ["jobs"], "slurm controller 'n9' (group 'slurm_controller') is not in group 'nodes'"),
+    (INVENTORY + "[monitoring]\nn9\n", ["hostfile"], "monitoring host 'n9' (group 'monitoring') is not in group 'nodes'"),
+    (INVENTORY + "[monitoring]\nn1\n[nodes:vars]\nmonitoring_alert_webhook_url=ftp://x/y\n", ["provision"],
+     "monitoring_alert_webhook_url 'ftp://x/y' is not an http:// or https:// URL"),
 ])
 def test_slurm_bad_input_is_one_line_and_exit_2(inventory, argv, message, tmp_path, capsys):
     path = tmp_path / "hosts.ini"

@@ -59,6 +59,17 @@ def test_new_with_slurm_makes_the_launcher_slurms_controller(capsys, tmp_path):
     assert "slurm" not in without.read_text() and not load_cluster(without).has_slurm
 
 
+def test_new_with_monitoring_makes_the_launcher_the_monitoring_host(capsys, tmp_path):
+    output = tmp_path / "cluster.ini"
+    ok(capsys, "inventory", "new", "-o", output, "--hosts", "gpu1,gpu2", "--launcher-host", "gpu2", "--monitoring", "--slurm")
+    text = output.read_text()
+    assert "\n[slurm_controller]\ngpu2\n" in text and "\n[monitoring]\ngpu2\n" in text
+    assert (load_cluster(output).monitoring_host, load_cluster(output).slurm_controller) == ("gpu2", "gpu2")
+    plain = tmp_path / "plain.ini"
+    ok(capsys, "inventory", "new", "-o", plain, "--hosts", "gpu1,gpu2")
+    assert "monitoring" not in plain.read_text() and load_cluster(plain).monitoring_host is None
+
+
 def test_new_with_port_and_key(capsys, tmp_path):
     key = tmp_path / "id_ed25519"
     key.write_text("not a real key\n")

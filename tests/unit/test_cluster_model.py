@@ -218,6 +218,18 @@ ERRORS = {
         "hosts.ini", "[nodes]\na\nb\n[slurm_controller]\na\nb\n",
         ["group 'slurm_controller' names 2 hosts (a, b); name exactly one"],
     ),
+    "monitoring host outside nodes": (
+        "hosts.ini", "[nodes]\na\nb\n[monitoring]\nz\n",
+        ["monitoring host 'z' (group 'monitoring') is not in group 'nodes'", "(a, b): it runs node-exporter too"],
+    ),
+    "two monitoring hosts": (
+        "hosts.ini", "[nodes]\na\nb\n[monitoring]\na\nb\n",
+        ["group 'monitoring' names 2 hosts (a, b); name exactly one, where Prometheus and Alertmanager run"],
+    ),
+    "alert webhook that is no URL": (
+        "hosts.ini", "[nodes]\na\nb\n[monitoring]\na\n[nodes:vars]\nmonitoring_alert_webhook_url=hooks.example.com/alerts\n",
+        ["monitoring_alert_webhook_url 'hooks.example.com/alerts' is not an http:// or https:// URL"],
+    ),
     "name not a DNS label": ("hosts.ini", "[nodes]\ngpu_1\n", ["host 'gpu_1': 'gpu_1' is not a valid host name", "rename it"]),
     "address not a DNS name": ("hosts.ini", "[nodes]\na ansible_host=-bad.example\n", ["'-bad.example' is not a valid host name", "fix its ansible_host"]),
     "user that is an ssh option": (

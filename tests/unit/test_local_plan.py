@@ -138,15 +138,19 @@ def test_inventory_gives_every_node_the_slots_asked_for(tmp_path):
     assert "# Processes per node: these nodes have no GPU; ranks share the machine's cores." in path.read_text()
 
 
-def test_a_slurm_cluster_has_node1_as_slurms_controller(tmp_path):
+def test_a_slurm_or_monitoring_cluster_has_node1_as_its_controller(tmp_path):
     from pycli.cluster_model import load_cluster
 
     subnet = ipaddress.ip_network("172.28.7.0/24")
     path = tmp_path / "local-demo.ini"
-    path.write_text(render_local_inventory(plan_cluster("demo", 2, subnet, slurm=True), Path("/k"), Path("/kh")))
-    assert load_cluster(path).slurm_controller == "node1"
+    path.write_text(render_local_inventory(plan_cluster("demo", 2, subnet, opt_in=["slurm_controller"]), Path("/k"), Path("/kh")))
+    assert (load_cluster(path).slurm_controller, load_cluster(path).monitoring_host) == ("node1", None)
+    both = plan_cluster("demo", 2, subnet, opt_in=["slurm_controller", "monitoring"])
+    path.write_text(render_local_inventory(both, Path("/k"), Path("/kh")))
+    assert (load_cluster(path).slurm_controller, load_cluster(path).monitoring_host) == ("node1", "node1")
+    assert "\n# Monitoring: Prometheus and Alertmanager; every host of [nodes] runs node-exporter.\n[monitoring]\nnode1\n" in path.read_text()
     path.write_text(render_local_inventory(plan_cluster("demo", 2, subnet), Path("/k"), Path("/kh")))
-    assert load_cluster(path).slurm_controller is None
+    assert (load_cluster(path).slurm_controller, load_cluster(path).monitoring_host) == (None, None)
 
 
 def test_test_bed_settings_read_back_as_data(tmp_path):
