@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Make this machine able to run a local pycli cluster: a Docker engine that answers, and
-# debootstrap with Debian's archive keyring to build node images. Installs what is missing
-# (Debian/Ubuntu, root), starts dockerd when nothing answers, and says what it did. Safe to
-# run again.
+# debootstrap with Debian's archive keyring to build node images; and able to run the unit
+# tests of the alert rules: promtool (Prometheus's rule checker, no Prometheus server).
+# Installs what is missing (Debian/Ubuntu, root), starts dockerd when nothing answers, and
+# says what it did. Safe to run again.
 set -euo pipefail
 
 say() { printf 'host-prereqs: %s\n' "$*"; }
@@ -13,13 +14,17 @@ need_root() {
 }
 
 apt_updated=0
-apt_install() {
-    need_root "installing $*"
-    command -v apt-get >/dev/null || die "no apt-get here: install $* by hand"
+apt_update_once() {
     if [ "$apt_updated" -eq 0 ]; then
         apt-get update -qq
         apt_updated=1
     fi
+}
+
+apt_install() {
+    need_root "installing $*"
+    command -v apt-get >/dev/null || die "no apt-get here: install $* by hand"
+    apt_update_once
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
     say "installed $*"
 }
@@ -45,6 +50,36 @@ if [ ! -f /usr/share/keyrings/debian-archive-keyring.gpg ]; then
     apt_install debian-archive-keyring
 else
     say "debian-archive-keyring present"
+fi
+
+# promtool alone, taken out of the distribution's prometheus package: installing that package
+# would also install and start a Prometheus server. apt-get download checks the package as
+# apt-get install does (the archive's signed index and the file's hash).
+install_promtool() {
+    need_root "installing promtool"
+    command -v apt-get >/dev/null || die "no apt-get here: put promtool (Prometheus 2.x) on PATH by hand"
+    if ! apt-cache show prometheus >/dev/null 2>&1; then
+        apt_update_once
+    fi
+    local deb
+    promtool_tmp=$(mktemp -d)
+    trap 'rm -rf "$promtool_tmp"' EXIT
+    # apt downloads as its sandbox user _apt where one exists; let it write here.
+    chown _apt "$promtool_tmp" 2>/dev/null || true
+    (cd "$promtool_tmp" && apt-get download -qq prometheus >/dev/null) ||
+        die "apt-get download prometheus failed; see above"
+    deb=$(ls "$promtool_tmp"/prometheus_*.deb)
+    dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$promtool_tmp" ./usr/bin/promtool
+    install -m 0755 "$promtool_tmp/usr/bin/promtool" /usr/local/bin/promtool
+    rm -rf "$promtool_tmp"
+    trap - EXIT
+    say "installed /usr/local/bin/promtool from $(basename "$deb") ($(promtool --version 2>&1 | head -1))"
+}
+
+if ! command -v promtool >/dev/null; then
+    install_promtool
+else
+    say "promtool present ($(promtool --version 2>&1 | head -1))"
 fi
 
 if docker_answers; then
