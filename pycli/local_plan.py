@@ -202,6 +202,9 @@ LOCAL_BED_VARS: dict[str, object] = {
     # One Open MPI build for the bed's clusters with and without Slurm: built against Slurm's PMI-2
     # (real inventories: only where they have Slurm, openmpi_with_pmi auto).
     "openmpi_with_pmi": True,
+    # Nothing on the bed uses OpenSHMEM or MPI-IO (ROMIO): without them the cold build compiles
+    # about 600 fewer of Open MPI's C files.
+    "openmpi_configure_extra_flags": ["--disable-oshmem", "--disable-io-romio"],
     # Slurm (role slurm, with --slurm): containers have no delegated cgroup tree for Slurm's cgroup
     # plugins, and each node runs `slots` ranks on the machine's shared cores.
     "slurm_cgroup": False,
@@ -220,6 +223,7 @@ LOCAL_BED_COMMENTS = {
     SHARED_CPUS_VAR: "Test bed: the nodes share this machine's cores, so check --deep measures one node or pair at a time.",
     "openmpi_with_pmi": ("Test bed: one Open MPI build for clusters with and without Slurm, against Slurm's PMI-2 "
                          "(real inventories: only those with Slurm)."),
+    "openmpi_configure_extra_flags": "Test bed: Open MPI without OpenSHMEM and MPI-IO (ROMIO), which nothing here uses.",
     "slurm_cgroup": ("Test bed: Slurm without its cgroup plugins (no delegated cgroup tree in a container), "
                      "`slots` CPUs per node, slurmd registering with slurm.conf's figures (config_overrides)."),
     "slurm_health_check_interval": "Test bed: Slurm's health check (pycli's node gate) every 20 s, not 5 min.",
