@@ -1,0 +1,147 @@
+"""Monitoring on the session's provisioned 2-node cluster: a second inventory of the same nodes opts
+in (group monitoring, node1) and `pycli provision --tags monitoring` adds node-exporter on both
+nodes and Prometheus with pycli's alert rules and Alertmanager on node1. Alertmanager posts to a
+webhook receiver that runs on node1 for the test; a stopped exporter on node2 must reach it as
+NodeDown, then as resolved. Scrapes, rule evaluations and Alertmanager's group wait and interval
+every 5 s here (15 s, 15 s, 30 s and 5 min by default), so the alert's way through takes seconds
+more than the rule's own `for`."""
+
+import json
+import re
+import time
+import urllib.parse
+from pathlib import Path
+
+import docker
+import pytest
+import yaml
+
+from tests.conftest import ROOT, run_pycli
+from tests.integration.conftest import CLUSTER
+from tests.integration.test_cache_stage import changed_tasks
+from tests.integration.test_node_down import _address
+from tests.integration.test_slurm import node_run
+
+pytestmark = pytest.mark.integration
+INTERVAL_S = 5
+GROUP_WAIT_S = 5
+RECEIVER_PORT = 9199
+RECEIVED = "/tmp/pycli-test-alerts.jsonl"
+# A webhook receiver: every POST's body appended to RECEIVED as one line.
+RECEIVER = f"""
+import http.server, json
+class Receiver(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with open({RECEIVED!r}, "a") as out:
+            out.write(json.dumps(body) + "\\n")
+        self.send_response(200)
+        self.end_headers()
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("0.0.0.0", {RECEIVER_PORT}), Receiver).serve_forever()
+"""
+
+
+def node_get(node: str, url: str) -> tuple[int, str]:
+    """GET `url` from `node` (no curl in the node image: its Python)."""
+    return node_run(node, "python3", "-c", "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10)"
+                    ".read().decode())", url)
+
+
+def _run_dir(output: str) -> Path:
+    return Path(re.search(r"run folder (\S+)", output).group(1))
+
+
+def prometheus(inventory: Path, query: str) -> list[dict]:
+    """An instant query on node1's Prometheus, from node1 (it listens on the cluster address only)."""
+    url = f"http://{_address(inventory, 'node1')}:9090/api/v1/query?query={urllib.parse.quote(query)}"
+    code, out = node_get("node1", url)
+    assert code == 0, out
+    answer = json.loads(out)
+    assert answer["status"] == "success", answer
+    return answer["data"]["result"]
+
+
+@pytest.fixture(scope="module")
+def monitored(provisioned_cluster, tmp_path_factory):
+    """The same nodes through an inventory with monitoring; provisioned with the monitoring role alone."""
+    node_run("node1", "rm", "-f", RECEIVED)
+    docker.from_env().containers.get(f"pycli-{CLUSTER}-node1").exec_run(["python3", "-c", RECEIVER], detach=True)
+    receiver = f"http://{_address(provisioned_cluster, 'node1')}:{RECEIVER_PORT}/"
+    deadline = time.monotonic() + 30
+    while node_get("node1", receiver)[0] != 0:
+        assert time.monotonic() < deadline, "the webhook receiver did not start on node1"
+        time.sleep(0.5)
+    inventory = tmp_path_factory.mktemp("monitoring") / "monitoring.ini"
+    inventory.write_text(provisioned_cluster.read_text() + "\n[monitoring]\nnode1\n\n[monitoring:vars]\n"
+                         f"monitoring_alert_webhook_url=http://{_address(provisioned_cluster, 'node1')}:{RECEIVER_PORT}/alerts\n"
+                         f"monitoring_scrape_interval={INTERVAL_S}s\nmonitoring_evaluation_interval={INTERVAL_S}s\n"
+                         f"monitoring_alert_group_wait={GROUP_WAIT_S}s\nmonitoring_alert_group_interval={GROUP_WAIT_S}s\n")
+    started = time.monotonic()
+    proc = run_pycli("provision", str(inventory), "--tags", "monitoring", timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    print(f"\nmonitoring role on 2 nodes: {time.monotonic() - started:.0f} s")
+    yield inventory
+    for node, services in (("node1", "prometheus prometheus-alertmanager prometheus-node-exporter"),
+                           ("node2", "prometheus-node-exporter")):
+        node_run(node, "bash", "-c", f"systemctl disable --now {services}")
+    node_run("node1", "pkill", "-f", "serve_forever")
+
+
+def test_prometheus_scrapes_both_nodes_and_a_second_run_changes_nothing(monitored):
+    targets = {(r["metric"]["job"], r["metric"]["node"]): r["value"][1] for r in prometheus(monitored, "up")}
+    assert targets == {("node", "node1"): "1", ("node", "node2"): "1", ("prometheus", "node1"): "1",
+                       ("alertmanager", "node1"): "1"}, targets
+    memory = {r["metric"]["node"]: float(r["value"][1]) for r in prometheus(monitored, "node_memory_MemTotal_bytes")}
+    assert set(memory) == {"node1", "node2"} and all(value > 0 for value in memory.values())
+    expected = {r["metric"]["node"]: r["value"][1] for r in prometheus(monitored, "pycli_node_gpus_expected")}
+    assert expected == {"node1": "0", "node2": "0"}  # no GPU here
+    rules = {r["metric"]["alertname"] for r in prometheus(monitored, "ALERTS")}
+    assert "NodeDown" not in rules, rules
+    # Listening on the cluster network only, and the generated configuration passes promtool.
+    assert node_get("node1", "http://127.0.0.1:9090/-/ready")[0] != 0
+    code, out = node_run("node1", "promtool", "check", "config", "/etc/prometheus/prometheus.yml")
+    assert code == 0 and "SUCCESS" in out, out
+    for node in ("node1", "node2"):
+        code, out = node_run(node, "ps", "-o", "rss=", "-C", "prometheus-node-exporter")
+        print(f"node-exporter on {node}: {int(out.split()[0]) / 1024:.1f} MiB resident")
+    again = run_pycli("provision", str(monitored), "--tags", "monitoring", timeout=1800)
+    assert again.returncode == 0, again.stdout[-4000:]
+    assert changed_tasks(_run_dir(again.stdout)) == [], again.stdout[-3000:]
+
+
+def test_a_stopped_exporter_reaches_the_webhook_as_node_down_naming_the_node(monitored):
+    rule = next(rule for group in yaml.safe_load((ROOT / "roles/monitoring/files/alerts.yml").read_text())["groups"]
+                for rule in group["rules"] if rule.get("alert") == "NodeDown")
+    for_s = int(re.fullmatch(r"(\d+)m", rule["for"]).group(1)) * 60
+    # The last scrape that finds it down, the rule's `for`, one evaluation, Alertmanager's group wait.
+    bound = INTERVAL_S + for_s + INTERVAL_S + GROUP_WAIT_S
+    assert node_run("node2", "systemctl", "stop", "prometheus-node-exporter")[0] == 0
+    stopped = time.monotonic()
+    try:
+        firing = _wait_for_alert("NodeDown", "firing", "node2", timeout=bound + 60)
+        took = time.monotonic() - stopped
+        print(f"\nNodeDown for node2 reached the webhook {took:.0f} s after its exporter stopped "
+              f"(for {for_s} s, scrape and evaluation every {INTERVAL_S} s, group wait {GROUP_WAIT_S} s)")
+        assert took <= bound + 2 * INTERVAL_S, f"{took:.0f} s, more than {bound} s and two intervals"
+        assert firing["labels"]["severity"] == "critical" and "node2" in firing["annotations"]["summary"]
+    finally:
+        node_run("node2", "systemctl", "start", "prometheus-node-exporter")
+    _wait_for_alert("NodeDown", "resolved", "node2", timeout=120)
+
+
+def _wait_for_alert(name: str, status: str, node: str, timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code, out = node_run("node1", "cat", RECEIVED)
+        for line in out.splitlines() if code == 0 else []:
+            for alert in json.loads(line)["alerts"]:
+                labels = alert["labels"]
+                if (labels.get("alertname"), labels.get("node"), alert["status"]) == (name, node, status):
+                    return alert
+        time.sleep(1)
+    raise AssertionError(f"no {status} {name} for {node} reached the webhook in {timeout:.0f} s:\n{out[-3000:]}")
