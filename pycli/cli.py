@@ -18,6 +18,7 @@ from pycli.cli_inventory import hostfile_cmd, inventory_app
 from pycli.cli_jobs import jobs_cmd
 from pycli.cli_options import INVENTORY_RULE, command_path, rename_flags
 from pycli.cli_provision import provision_cmd
+from pycli.cli_top import top_cmd
 from pycli.cli_train import train_cmd
 from pycli.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, PycliError, notice
 
@@ -40,6 +41,7 @@ app.command("check")(check_cmd)
 app.command("drain")(drain_cmd)
 app.command("undrain")(undrain_cmd)
 app.command("jobs")(jobs_cmd)
+app.command("top")(top_cmd)
 
 
 def _version(value: bool) -> None:

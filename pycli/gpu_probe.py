@@ -23,6 +23,18 @@ def health_command(dcgm_level: int) -> str:
     lines = [
         f"if ! command -v nvidia-smi >/dev/null 2>&1; then echo '{MARK} none'; exit 0; fi",
         f"echo '{MARK} nvidia-smi'; nvidia-smi -q; echo \"{MARK} rc $?\"",
+        *xid_lines(),
+    ]
+    if dcgm_level:
+        timeout = DCGM_TIMEOUT_S[dcgm_level]
+        lines.append(f"if command -v dcgmi >/dev/null 2>&1; then echo '{MARK} dcgmi'; "
+                     f"timeout {timeout} dcgmi diag -r {int(dcgm_level)} -j; echo \"{MARK} rc $?\"; fi")
+    return "\n".join(lines)
+
+
+def xid_lines() -> list[str]:
+    """The `xid` section: this boot's Xid reports, one line per device and code."""
+    return [
         f"echo '{MARK} xid'",
         # This boot's whole kernel log, reduced on the node to one line per device and Xid code
         # ("COUNT<tab>its latest line", parse_xids), so that no flood of one Xid hides another.
@@ -37,11 +49,6 @@ def health_command(dcgm_level: int) -> str:
         " || sudo -n dmesg 2>/dev/null | xids || dmesg | xids; } 2>&1",
         f"echo \"{MARK} rc $?\"",
     ]
-    if dcgm_level:
-        timeout = DCGM_TIMEOUT_S[dcgm_level]
-        lines.append(f"if command -v dcgmi >/dev/null 2>&1; then echo '{MARK} dcgmi'; "
-                     f"timeout {timeout} dcgmi diag -r {int(dcgm_level)} -j; echo \"{MARK} rc $?\"; fi")
-    return "\n".join(lines)
 
 
 @dataclass(frozen=True)

@@ -170,6 +170,18 @@ def gpu_state(index: int, bus_id: str, block: Mapping) -> GpuState:
     )
 
 
+# NVML's clock event reasons that are slowdowns, by bit (nvmlClocksEventReason*; the bitmask
+# `nvidia-smi --query-gpu=clocks_throttle_reasons.active` prints and dcgm-exporter's
+# DCGM_FI_DEV_CLOCKS_EVENT_REASONS holds), named as `nvidia-smi -q` names them. The other bits
+# (GPU idle, application clocks, the software power cap, sync boost) are no fault.
+SLOWDOWN_BITS = {0x8: "HW Slowdown", 0x20: "SW Thermal Slowdown", 0x40: "HW Thermal Slowdown", 0x80: "HW Power Brake Slowdown"}
+
+
+def slowdowns_of(mask: int) -> tuple[str, ...]:
+    """The slowdowns active in a clock event reasons bitmask."""
+    return tuple(name for bit, name in SLOWDOWN_BITS.items() if mask & bit)
+
+
 def parse_nvidia_smi_q(text: str) -> list[GpuState]:
     """Every GPU of an `nvidia-smi -q` report, in its order (the index nvidia-smi gives it)."""
     tree = parse_smi_tree(text)

@@ -35,6 +35,8 @@ CHECK = DocumentKind("check.json", 1)
 RESULTS = DocumentKind("results.json", 1)
 # `pycli jobs --json`: Slurm's queue and its accounted jobs; printed only.
 JOBS = DocumentKind("jobs.json", 1)
+# `pycli top --json`: one frame of the cluster (pycli/top_model.py Frame.as_json); printed only.
+TOP = DocumentKind("top.json", 1)
 
 
 def versioned(kind: DocumentKind, document: Mapping) -> dict:

@@ -82,6 +82,11 @@ class NodeLayout:
         return str(self.venv / "bin" / name)
 
     @property
+    def jobs_dir(self) -> PurePosixPath:
+        """Every job's folder is in here, named by its job id (JobPlan.job_dir)."""
+        return self.work_dir / "jobs"
+
+    @property
     def store(self) -> PurePosixPath:
         """Staged files by the digest of their content (pycli.job_files): data is read from here."""
         return self.work_dir / "files"
@@ -117,7 +122,7 @@ class JobPlan:
     slurm: bool = False  # through Slurm's queue (the request's --scheduler, or the inventory's default), not over SSH
     @property
     def job_dir(self) -> PurePosixPath:
-        return self.layout.work_dir / "jobs" / self.job_id
+        return self.layout.jobs_dir / self.job_id
 
     @property
     def python(self) -> str:

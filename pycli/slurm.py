@@ -267,6 +267,50 @@ def parse_squeue(stdout: str) -> list[QueuedJob]:
     return jobs
 
 
+def expand_hostlist(expression: str) -> list[str]:
+    """The node names of a Slurm hostlist such as "node[1-3,7],gpu[01-02]" (squeue's %N), in order.
+
+    Ranges keep their zero padding ("gpu[08-10]" is gpu08, gpu09, gpu10); a name without
+    brackets stands for itself; "(null)" and "" are no node."""
+    names: list[str] = []
+    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", expression.strip()):
+        if not item or item == "(null)":
+            continue
+        expansions = [""]
+        for literal, inside in re.findall(r"([^\[]*)(?:\[([^\]]*)\])?", item):
+            parts = [literal]
+            if inside:
+                parts = [literal + number for number in _range_names(inside)]
+            expansions = [before + part for before in expansions for part in parts]
+        names.extend(expansions)
+    return names
+
+
+def _range_names(inside: str) -> list[str]:
+    numbers: list[str] = []
+    for piece in inside.split(","):
+        low, _, high = piece.partition("-")
+        if not high:
+            numbers.append(low)
+            continue
+        if not (low.isdigit() and high.isdigit()):
+            numbers.append(piece)
+            continue
+        width = len(low) if low.startswith("0") else 0
+        numbers.extend(str(n).zfill(width) for n in range(int(low), int(high) + 1))
+    return numbers
+
+
+def running_jobs_by_node(jobs: Sequence[QueuedJob]) -> dict[str, list[str]]:
+    """Node name -> the ids of the RUNNING jobs on it (squeue's nodes expanded)."""
+    on: dict[str, list[str]] = {}
+    for job in jobs:
+        if job.state.upper() == "RUNNING":
+            for node in expand_hostlist(job.nodes):
+                on.setdefault(node, []).append(job.job_id)
+    return on
+
+
 # sinfo, one line per node: name, state (long), reason, GRES; '|' cannot be in any of them but the reason.
 SINFO_NODES_COMMAND = "sinfo -h -N -o '%N|%T|%G|%E'"
 

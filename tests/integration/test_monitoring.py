@@ -21,6 +21,7 @@ from tests.integration.conftest import CLUSTER
 from tests.integration.test_cache_stage import changed_tasks
 from tests.integration.test_node_down import _address
 from tests.integration.test_slurm import node_run
+from tests.integration.test_top import top_frame
 
 pytestmark = pytest.mark.integration
 INTERVAL_S = 5
@@ -109,7 +110,14 @@ def test_prometheus_scrapes_both_nodes_and_a_second_run_changes_nothing(monitore
     for node in ("node1", "node2"):
         code, out = node_run(node, "ps", "-o", "rss=", "-C", "prometheus-node-exporter")
         print(f"node-exporter on {node}: {int(out.split()[0]) / 1024:.1f} MiB resident")
+    # pycli top reads the same figures from Prometheus.
+    frame = top_frame(monitored)
+    assert frame["source"] == "prometheus" and frame["source_line"] == "Prometheus on node1", frame
+    for node in frame["nodes"]:
+        assert node["up"] and node["mem_total_bytes"] == memory[node["name"]], node
+        assert 0 <= node["mem_used_bytes"] < node["mem_total_bytes"] and node["age_s"] < 3 * INTERVAL_S
     again = run_pycli("provision", str(monitored), "--tags", "monitoring", timeout=1800)
+
     assert again.returncode == 0, again.stdout[-4000:]
     assert changed_tasks(_run_dir(again.stdout)) == [], again.stdout[-3000:]
 
@@ -129,6 +137,9 @@ def test_a_stopped_exporter_reaches_the_webhook_as_node_down_naming_the_node(mon
               f"(for {for_s} s, scrape and evaluation every {INTERVAL_S} s, group wait {GROUP_WAIT_S} s)")
         assert took <= bound + 2 * INTERVAL_S, f"{took:.0f} s, more than {bound} s and two intervals"
         assert firing["labels"]["severity"] == "critical" and "node2" in firing["annotations"]["summary"]
+        # node2 itself still answers SSH; pycli top says what Prometheus sees.
+        node2 = top_frame(monitored)["nodes"][1]
+        assert not node2["up"] and node2["why"].startswith("Prometheus could not scrape it"), node2
     finally:
         node_run("node2", "systemctl", "start", "prometheus-node-exporter")
     _wait_for_alert("NodeDown", "resolved", "node2", timeout=120)

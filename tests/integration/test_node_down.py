@@ -11,12 +11,14 @@ import re
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import PYCLI, ROOT, run_pycli
 from tests.integration.conftest import CLUSTER
+from tests.integration.test_top import top_frame
 
 pytestmark = pytest.mark.integration
 
@@ -63,17 +65,34 @@ def _retry(inventory: Path, runs: Path) -> None:
     assert again.returncode == 0 and "nothing to retry" in again.stdout, again.stdout + again.stderr
 
 
+def _top_shows_node2_down(inventory: Path, timeout_s: float = 5) -> None:
+    """One frame of `pycli top` while node2 is dead: node2 down, node1's figures, within the timeout."""
+    started = time.monotonic()
+    frame = top_frame(inventory, "--source", "ssh", "--timeout", str(timeout_s))
+    took = time.monotonic() - started
+    node1, node2 = frame["nodes"]
+    assert node1["up"] and node1["cpu_pct"] is not None and node1["mem_total_bytes"] > 0, node1
+    assert not node2["up"] and node2["why"], node2
+    # pycli's own start and one SSH round: a dead node costs the frame its timeout, not more.
+    assert took < timeout_s + 15, f"pycli top took {took:.1f} s with node2 dead"
+    print(f"\npycli top with node2 dead: {took:.1f} s, node2: {node2['why']}")
+
+
 def _check_build_on_node1() -> str:
     code, output = _container("node1").exec_run(["/opt/pycli/venv/bin/horovodrun", "--check-build"])
     assert code == 0, output.decode(errors="replace")
     return output.decode(errors="replace")
 
 
-def _provision_killing_node2(inventory: Path, runs: Path, when: str | None) -> tuple[int, str]:
-    """`pycli provision` with node2 killed before it starts (when=None) or once a line starting
-    with `when` is printed; node2 is started again after. Exit code and what pycli printed."""
+def _provision_killing_node2(inventory: Path, runs: Path, when: str | None,
+                             while_down: Callable[[], None] | None = None) -> tuple[int, str]:
+    """`pycli provision` with node2 killed before it starts (when=None; `while_down` is called
+    then) or once a line starting with `when` is printed; node2 is started again after. Exit
+    code and what pycli printed."""
     if when is None:
         _container("node2").kill()
+        if while_down is not None:
+            while_down()
     proc = subprocess.Popen([*PYCLI, "provision", str(inventory)], cwd=ROOT, text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, env={**os.environ, "PYCLI_RUNS": str(runs)})
     lines: list[str] = []
@@ -95,7 +114,8 @@ def _provision_killing_node2(inventory: Path, runs: Path, when: str | None) -> t
 def test_a_dead_node_never_stops_the_others_and_retry_finishes_it(provisioned_cluster, tmp_path):
     runs = tmp_path / "runs"
     # Killed before the run: the hostname check and SSH trust used to fail node1 too.
-    code, output = _provision_killing_node2(provisioned_cluster, runs, when=None)
+    code, output = _provision_killing_node2(provisioned_cluster, runs, when=None,
+                                            while_down=lambda: _top_shows_node2_down(provisioned_cluster))
     assert code == 4, output[-4000:]
     assert _recap(runs) == {"node1": "ok", "node2": "UNREACHABLE"}  # node1 went through every play
     assert "UNREACHABLE" in output and "has no attribute 'hostname'" not in output
