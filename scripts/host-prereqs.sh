@@ -44,6 +44,13 @@ else
     say "debootstrap present"
 fi
 
+# The tests run `pycli top` in a real terminal: tmux gives them one and reads its screen back.
+if ! command -v tmux >/dev/null; then
+    apt_install tmux
+else
+    say "tmux present"
+fi
+
 # pycli runs debootstrap with --keyring set to Debian's archive keyring, so that it checks
 # the signatures of what it installs; Ubuntu's debootstrap does not bring that keyring.
 if [ ! -f /usr/share/keyrings/debian-archive-keyring.gpg ]; then

@@ -37,8 +37,9 @@ def test_one_frame_has_both_nodes_with_their_cpu_memory_and_network(provisioned_
     assert "source: SSH, one round per refresh" in text.stdout
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (scripts/host-prereqs.sh installs it)")
 def test_the_live_view_in_a_terminal_refreshes_and_ctrl_c_gives_the_prompt_back(provisioned_cluster):
+    if shutil.which("tmux") is None:
+        pytest.fail("tmux is not on PATH: run `bash scripts/host-prereqs.sh` (as root) to install it", pytrace=False)
     session = f"pycli-top-{int(time.time())}"
     tmux = ["tmux", "-L", session]
     subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "180", "-y", "40", "bash --norc --noprofile"],
