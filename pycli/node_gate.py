@@ -8,10 +8,19 @@ pycli/gpu_probe.py and pycli/gpu_reports.py; standard library only, no pycli nee
   own drained list, the epilog's) is never undone here.
 - `prolog` (Prolog, on every node of a job as it is allocated): the GPU probe alone, inside the
   hard time limit the role gives it. A failure drains the node with the reason and exits 1, and
-  Slurm puts the job back in the queue.
+  Slurm puts the job back in the queue. With `--job-mapping-dir`, a job that passes is written
+  into dcgm-exporter's job mapping files, so the metrics of its GPUs carry `hpc_job`.
 - `epilog` (Epilog, on every node of a job as it ends): every process the job left behind (its
   environment names the job's SLURM_JOB_ID) is stopped, TERM and then KILL; one that survives
-  drains the node, so no next job shares it with a stuck rank.
+  drains the node, so no next job shares it with a stuck rank. With `--job-mapping-dir`, the
+  job's id is taken out of the mapping files.
+
+dcgm-exporter's job mapping (its --hpc-job-mapping-dir): one file per GPU, named by the GPU's
+index on the node, holding the ids of the jobs that hold it, one a line. The exporter repeats
+each series of that GPU once per id with the label hpc_job; a GPU without a file has no such
+label, and a file with no id hides the GPU's series, so the last id out removes the file. A
+metrics label must never stop a job or drain a node: a mapping that cannot be written is said
+on stderr (slurmd's log) and the gate's answer stays what the GPU probe and the processes say.
 
 Run as `python3 -m pycli.node_gate MODE --node NAME ...`; each mode prints one line and exits 0
 (healthy) or 1.
@@ -20,13 +29,15 @@ Run as `python3 -m pycli.node_gate MODE --node NAME ...`; each mode prints one l
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 from pycli.gpu_probe import evaluate_node, health_command, split_sections
 
@@ -38,6 +49,9 @@ EPILOG_PREFIX = "pycli epilog: "
 MAX_REASON = 200
 PROBE_TIMEOUT_S = 60
 KILL_WAIT_S = 10
+# Taken by every prolog and epilog that changes the mapping files: jobs start and end at once.
+# The name is not a GPU index, so dcgm-exporter skips it (and the temporary files).
+MAPPING_LOCK = ".pycli-lock"
 
 
 def gpu_problems(run: Callable[[str, float], tuple[int, str]], node: str) -> tuple[list[str], list[str]]:
@@ -128,9 +142,12 @@ def health(node: str, paths: Sequence[str], min_free_gib: float, run=shell) -> i
     return 0
 
 
-def prolog(node: str, run=shell) -> int:
+def prolog(node: str, run=shell, job_id: str = "", mapping_dir: str = "",
+           environ: Mapping[str, str] = os.environ) -> int:
     problems, _ = gpu_problems(run, node)
     if not problems:
+        if mapping_dir:
+            record_job_gpus(mapping_dir, job_id, environ)
         return 0
     why = reason(PROLOG_PREFIX, problems)
     set_state(run, node, "drain", why)
@@ -175,7 +192,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def epilog(node: str, job_id: str, run=shell, wait_s: float = KILL_WAIT_S) -> int:
+def epilog(node: str, job_id: str, run=shell, wait_s: float = KILL_WAIT_S, mapping_dir: str = "") -> int:
+    if mapping_dir:
+        forget_job(mapping_dir, job_id)
     spare = _ancestors()
     left = job_processes(job_id, spare)
     for signum in (signal.SIGTERM, signal.SIGKILL):
@@ -195,22 +214,138 @@ def epilog(node: str, job_id: str, run=shell, wait_s: float = KILL_WAIT_S) -> in
     return 1
 
 
+def parse_gpu_ids(value: str) -> list[str]:
+    """Slurm's list of a job's GPUs ("0,2", "0-3", "1,4-5") as GPU indexes, in order, once each."""
+    found: list[str] = []
+    for item in value.split(","):
+        item = item.strip()
+        low, dash, high = item.partition("-")
+        if low.isdigit() and (not dash or high.isdigit()):
+            for index in range(int(low), int(high if dash else low) + 1):
+                if str(index) not in found:
+                    found.append(str(index))
+        elif item:
+            raise ValueError(f"{value!r} is not a list of GPU indexes")
+    return found
+
+
+def job_gpus(environ: Mapping[str, str]) -> list[str]:
+    """The node's GPUs Slurm gave the job: SLURM_JOB_GPUS, which Slurm's prolog and epilog guide
+    documents for the Prolog, else CUDA_VISIBLE_DEVICES, which it sets there too with the node's
+    own indexes (the prolog runs outside the job's cgroup). Neither: the job has no GPU here."""
+    for name in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
+        value = environ.get(name, "").strip()
+        if value:
+            try:
+                return parse_gpu_ids(value)
+            except ValueError as exc:
+                raise ValueError(f"{name}={exc}") from None
+    return []
+
+
+@contextmanager
+def _mapping_locked(directory: str) -> Iterator[None]:
+    with open(os.path.join(directory, MAPPING_LOCK), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _read_jobs(path: str) -> list[str]:
+    try:
+        with open(path) as mapping:
+            return [line.strip() for line in mapping if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def _write_jobs(directory: str, gpu: str, jobs: Sequence[str]) -> None:
+    """The GPU's file holds exactly `jobs`; removed when none. dcgm-exporter reads whole files:
+    a temporary file renamed over the old one, never a half-written file."""
+    path = os.path.join(directory, gpu)
+    if not jobs:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        return
+    temporary = os.path.join(directory, f".{gpu}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "w") as mapping:
+            mapping.write("".join(f"{job}\n" for job in jobs))
+            mapping.flush()
+            os.fsync(mapping.fileno())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def map_job(directory: str, job_id: str, gpus: Sequence[str]) -> None:
+    """Add the job to the mapping file of each of its GPUs (the folder is made when missing)."""
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    with _mapping_locked(directory):
+        for gpu in gpus:
+            jobs = _read_jobs(os.path.join(directory, gpu))
+            if job_id not in jobs:
+                _write_jobs(directory, gpu, [*jobs, job_id])
+
+
+def unmap_job(directory: str, job_id: str) -> list[str]:
+    """Take the job out of every mapping file (the epilog need not know its GPUs); the GPUs it
+    was taken from."""
+    if not os.path.isdir(directory):
+        return []
+    freed = []
+    with _mapping_locked(directory):
+        for gpu in sorted(name for name in os.listdir(directory) if name.isdigit()):
+            jobs = _read_jobs(os.path.join(directory, gpu))
+            if job_id in jobs:
+                _write_jobs(directory, gpu, [job for job in jobs if job != job_id])
+                freed.append(gpu)
+    return freed
+
+
+def record_job_gpus(directory: str, job_id: str, environ: Mapping[str, str]) -> None:
+    """The prolog's part: never raises, says on stderr what it could not do."""
+    try:
+        gpus = job_gpus(environ)
+        if gpus and not job_id.isdigit():
+            raise ValueError("no SLURM_JOB_ID in the environment")
+        if gpus:
+            map_job(directory, job_id, gpus)
+    except (OSError, ValueError) as exc:
+        print(f"{PROLOG_PREFIX}dcgm-exporter job mapping not written in {directory}: {exc}; "
+              "the job runs, its GPU metrics have no hpc_job label", file=sys.stderr)
+
+
+def forget_job(directory: str, job_id: str) -> None:
+    """The epilog's part: never raises, says on stderr what it could not do."""
+    try:
+        unmap_job(directory, job_id)
+    except OSError as exc:
+        print(f"{EPILOG_PREFIX}job {job_id} not taken out of dcgm-exporter's job mapping in {directory}: {exc}",
+              file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m pycli.node_gate", description=__doc__.split("\n\n")[0])
     parser.add_argument("mode", choices=("health", "prolog", "epilog"))
     parser.add_argument("--node", required=True, help="this node's Slurm name (NodeName)")
     parser.add_argument("--path", action="append", default=[], help="health: a file system that must have free space")
     parser.add_argument("--min-free-gib", type=float, default=1.0, help="health: the least free space on each --path")
+    parser.add_argument("--job-mapping-dir", default="",
+                        help="prolog, epilog: dcgm-exporter's --hpc-job-mapping-dir, kept up to date with the jobs' GPUs")
     args = parser.parse_args(argv)
     if args.mode == "health":
         return health(args.node, args.path, args.min_free_gib)
-    if args.mode == "prolog":
-        return prolog(args.node)
     job_id = os.environ.get("SLURM_JOB_ID", "")
+    if args.mode == "prolog":
+        return prolog(args.node, job_id=job_id, mapping_dir=args.job_mapping_dir)
     if not job_id.isdigit():
         print("pycli epilog: no SLURM_JOB_ID in the environment; Slurm runs the epilog with it", file=sys.stderr)
         return 2
-    return epilog(args.node, job_id)
+    return epilog(args.node, job_id, mapping_dir=args.job_mapping_dir)
 
 
 if __name__ == "__main__":

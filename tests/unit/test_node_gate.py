@@ -136,3 +136,98 @@ def test_the_gate_runs_from_its_three_files_alone(tmp_path):
                          capture_output=True, text=True, timeout=30)
     assert ran.returncode == 0, ran.stderr
     assert "health" in ran.stdout
+
+
+# dcgm-exporter's job mapping (--hpc-job-mapping-dir): one file per GPU index, one job id a line.
+
+def _mapping(directory: Path) -> dict[str, list[str]]:
+    return {path.name: path.read_text().splitlines() for path in sorted(directory.iterdir())
+            if path.name.isdigit()}
+
+
+def test_the_prolog_maps_the_jobs_gpus_and_the_epilog_takes_the_job_out(node, tmp_path):
+    mapping = tmp_path / "run" / "dcgm-job-mapping"  # missing: the prolog makes it
+    env = {"SLURM_JOB_GPUS": "0,2"}
+    assert node_gate.prolog("node2", job_id="41", mapping_dir=str(mapping), environ=env) == 0
+    assert _mapping(mapping) == {"0": ["41"], "2": ["41"]}
+    # A second job shares GPU 2 (a GPU shared by jobs, e.g. Slurm's sharding): one id a line.
+    assert node_gate.prolog("node2", job_id="42", mapping_dir=str(mapping), environ={"SLURM_JOB_GPUS": "2-3"}) == 0
+    assert _mapping(mapping) == {"0": ["41"], "2": ["41", "42"], "3": ["42"]}
+    # The same prolog again (Slurm retries): nothing twice.
+    assert node_gate.prolog("node2", job_id="42", mapping_dir=str(mapping), environ={"SLURM_JOB_GPUS": "2-3"}) == 0
+    assert _mapping(mapping)["2"] == ["41", "42"]
+    # The epilog needs no GPU list; a GPU left without jobs loses its file, so the exporter
+    # reports it without hpc_job (an empty file would hide its series).
+    assert node_gate.epilog("node2", "41", wait_s=0.1, mapping_dir=str(mapping)) == 0
+    assert _mapping(mapping) == {"2": ["42"], "3": ["42"]}
+    assert node_gate.epilog("node2", "42", wait_s=0.1, mapping_dir=str(mapping)) == 0
+    assert _mapping(mapping) == {}
+    # Only the lock is left: no temporary file, nothing the exporter would read as a GPU.
+    assert [path.name for path in mapping.iterdir()] == [node_gate.MAPPING_LOCK]
+
+
+def test_cuda_visible_devices_is_the_fallback_and_a_job_without_gpus_maps_nothing(node, tmp_path):
+    mapping = tmp_path / "mapping"
+    assert node_gate.prolog("node2", job_id="7", mapping_dir=str(mapping), environ={"CUDA_VISIBLE_DEVICES": "1"}) == 0
+    assert _mapping(mapping) == {"1": ["7"]}
+    assert node_gate.prolog("node2", job_id="8", mapping_dir=str(mapping), environ={}) == 0
+    assert _mapping(mapping) == {"1": ["7"]}
+
+
+def test_a_mapping_that_cannot_be_written_is_said_and_never_fails_the_prolog(node, tmp_path, capsys):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder\n")
+    assert node_gate.prolog("node2", job_id="9", mapping_dir=str(blocked / "mapping"), environ={"SLURM_JOB_GPUS": "0"}) == 0
+    said = capsys.readouterr().err
+    assert said.startswith("pycli prolog: dcgm-exporter job mapping not written in ")
+    assert "Not a directory" in said and "\n" == said[-1] and said.count("\n") == 1
+    # GPU ids Slurm did not give as indexes (UUIDs): said, the job runs.
+    assert node_gate.prolog("node2", job_id="9", mapping_dir=str(tmp_path / "m"),
+                            environ={"CUDA_VISIBLE_DEVICES": "GPU-8f3c"}) == 0
+    assert "CUDA_VISIBLE_DEVICES='GPU-8f3c' is not a list of GPU indexes" in capsys.readouterr().err
+    # The epilog with a mapping folder it cannot read: said, the epilog's answer unchanged.
+    assert node_gate.epilog("node2", "9", wait_s=0.1, mapping_dir=str(blocked)) == 0
+
+
+def test_a_sick_gpu_drains_before_any_mapping_is_written(node, tmp_path):
+    bin_dir, _, _ = node
+    _tool(bin_dir, "nvidia-smi", f"cat {RECORDED / 'nvidia-smi-q-a100-remap-pending.txt'}\n")
+    mapping = tmp_path / "mapping"
+    assert node_gate.prolog("node2", job_id="5", mapping_dir=str(mapping), environ={"SLURM_JOB_GPUS": "0"}) == 1
+    assert not mapping.exists()
+
+
+def test_slurm_gpu_lists_are_read_as_indexes():
+    assert node_gate.parse_gpu_ids("0,2,4-6") == ["0", "2", "4", "5", "6"]
+    assert node_gate.parse_gpu_ids("3") == ["3"]
+    assert node_gate.parse_gpu_ids("1,1") == ["1"]
+    with pytest.raises(ValueError):
+        node_gate.parse_gpu_ids("0,gpu1")
+
+
+def test_the_prolog_and_epilog_commands_keep_the_mapping_as_slurm_runs_them(node, tmp_path):
+    """Through `python3 -m pycli.node_gate` with Slurm's environment, as the role's wrappers run it."""
+    mapping = tmp_path / "mapping"
+    base = {**os.environ, "SLURM_JOB_ID": "123", "SLURM_JOB_GPUS": "1"}
+    ran = subprocess.run([sys.executable, "-m", "pycli.node_gate", "prolog", "--node", "node2",
+                          "--job-mapping-dir", str(mapping)], env=base, cwd=PROJECT, capture_output=True,
+                         text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert _mapping(mapping) == {"1": ["123"]}
+    ran = subprocess.run([sys.executable, "-m", "pycli.node_gate", "epilog", "--node", "node2",
+                          "--job-mapping-dir", str(mapping)], env=base, cwd=PROJECT, capture_output=True,
+                         text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert _mapping(mapping) == {}
+
+
+def test_jobs_starting_at_once_all_land_in_the_shared_gpus_file(tmp_path):
+    """Prologs of jobs that start together read and rewrite the same file: the lock keeps every id."""
+    mapping = tmp_path / "mapping"
+    code = ("import sys; from pycli import node_gate; "
+            "[node_gate.map_job(sys.argv[1], f'{sys.argv[2]}{i}', ['0', '1']) for i in range(20)]")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(mapping), f"{n}00"], cwd=PROJECT) for n in range(1, 7)]
+    assert [proc.wait(60) for proc in procs] == [0] * 6
+    wanted = sorted(f"{n}00{i}" for n in range(1, 7) for i in range(20))
+    assert sorted(_mapping(mapping)["0"]) == wanted
+    assert sorted(_mapping(mapping)["1"]) == wanted

@@ -1,7 +1,8 @@
-"""The slurm role's slurm.conf and gres.conf, rendered by Ansible's own templating from recorded facts."""
+"""The slurm role's slurm.conf, gres.conf and node gate wrappers, rendered by Ansible's own templating from recorded facts."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,37 @@ def test_the_test_bed_runs_without_cgroup_plugins_and_with_its_own_cpu_count():
 def test_gres_conf_names_the_device_files_unless_slurm_has_its_nvml_plugin(gpus, nvml, line):
     gres = _render("gres.conf.j2", "gpu1", _gpu_cluster(gpus, nvml)).splitlines()
     assert gres[-1] == line
+
+
+@functools.cache
+def _plugins() -> None:
+    """Ansible's plugin loader, for the `file` lookup (once: it warns when configured again)."""
+    from ansible.plugins.loader import init_plugin_loader
+
+    init_plugin_loader()
+
+
+def _gate(item: str, **overrides) -> str:
+    """A wrapper of the node gate; its job mapping folder comes by a lookup of the monitoring role's defaults."""
+    _plugins()
+    cluster = _gpu_cluster()
+    cluster["gpu1"]["ansible_facts"]["python"] = {"executable": "/usr/bin/python3"}
+    return _render("node-gate.sh.j2", "gpu1", cluster, item=item, role_path=str(ROLE), **overrides)
+
+
+@pytest.mark.parametrize("item", ["prolog", "epilog"])
+def test_with_monitoring_the_prolog_and_epilog_keep_dcgm_exporters_job_mapping(item):
+    groups = {"nodes": ["gpu1", "gpu2"], "slurm_controller": ["gpu1"], "monitoring": ["gpu1"]}
+    monitoring_defaults = yaml.safe_load((ROLE.parent / "monitoring" / "defaults" / "main.yml").read_text())
+    [command] = [line for line in _gate(item, groups=groups).splitlines() if line.startswith("exec ")]
+    assert command.endswith(f"-m pycli.node_gate {item} --node gpu1 --job-mapping-dir "
+                            f"{monitoring_defaults['monitoring_dcgm_job_mapping_dir']}")
+    # The inventory's value wins, as it does for the exporter.
+    [command] = [line for line in _gate(item, groups=groups, monitoring_dcgm_job_mapping_dir="/run/jobs").splitlines()
+                 if line.startswith("exec ")]
+    assert command.endswith("--job-mapping-dir /run/jobs")
+
+
+@pytest.mark.parametrize("item", ["prolog", "epilog"])
+def test_without_monitoring_the_prolog_and_epilog_write_no_job_mapping(item):
+    assert "--job-mapping-dir" not in _gate(item)
