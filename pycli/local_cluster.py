@@ -135,7 +135,10 @@ def _wait_booted(container: Container, hostname: str) -> None:
     while time.monotonic() < deadline:
         container.reload()
         if container.status != "running":
-            raise PycliError(f"node {hostname} stopped while booting: {container.logs(tail=3).decode(errors='replace')}")
+            from pycli.host_limits import why_stopped
+
+            log = container.logs(tail=5).decode(errors="replace")
+            raise PycliError(f"node {hostname} stopped while booting: {why_stopped(log)}")
         code, state = _exec(container, "systemctl", "is-system-running")
         if state in ("running", "degraded"):
             ok, _ = _exec(container, "systemctl", "is-active", "ssh")
@@ -228,6 +231,10 @@ def _up(name: str, count: int, slots: int, asked_subnet: ipaddress.IPv4Network |
     if clashes:
         raise BadInput(f"containers already named {', '.join(clashes)} exist; remove them or choose another --name")
 
+    from pycli import host_limits
+
+    if short := host_limits.check_room_for(count):
+        raise BadInput("\n".join(short))
     tag = ensure_image(client, image, say=say)
     secrets = cluster_state_dir(name)
     made_secrets = not secrets.exists()

@@ -31,6 +31,38 @@ apt_install() {
 
 docker_answers() { docker info >/dev/null 2>&1; }
 
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+
+# Room for local clusters of many nodes: each node's systemd takes inotify instances and watches
+# of root's, and the kernel's default (128 instances) stops the twentieth node or so. The values
+# and why: pycli/host_limits.py (standard library only, so the machine's python3 reads them).
+raise_inotify_limits() {
+    local file changed=0 name want have
+    file=$(PYTHONPATH="$ROOT" python3 -c 'from pycli.host_limits import HOST_SYSCTL_FILE; print(HOST_SYSCTL_FILE)')
+    while read -r name want; do
+        have=$(sysctl -n "$name")
+        if [ "$have" -lt "$want" ]; then
+            need_root "raising $name"
+            if sysctl -q -w "$name=$want" 2>/dev/null; then
+                changed=1
+                say "raised $name from $have to $want"
+            else
+                # A machine that does not let it be raised (a container): cluster up checks
+                # before it starts nodes and says what a cluster of that size needs.
+                say "could not raise $name from $have to $want here; 'pycli cluster up' says when a cluster needs more"
+            fi
+        fi
+    done < <(PYTHONPATH="$ROOT" python3 -c 'from pycli.host_limits import RAISED; [print(k, v) for k, v in RAISED.items()]')
+    if [ "$changed" -eq 1 ] || [ ! -f "$file" ]; then
+        need_root "writing $file"
+        PYTHONPATH="$ROOT" python3 -c 'from pycli.host_limits import sysctl_file_text; print(sysctl_file_text(), end="")' > "$file"
+        say "wrote $file (the limits stay raised after a reboot)"
+    else
+        say "inotify limits allow local clusters of many nodes"
+    fi
+}
+raise_inotify_limits
+
 # dockerd from a distribution package; the docker CLI alone (no engine) is common.
 if ! command -v dockerd >/dev/null; then
     apt_install docker.io
