@@ -39,11 +39,12 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 raise_inotify_limits() {
     local file changed=0 name want have
     file=$(PYTHONPATH="$ROOT" python3 -c 'from pycli.host_limits import HOST_SYSCTL_FILE; print(HOST_SYSCTL_FILE)')
+    # /proc/sys itself rather than sysctl(8), which a minimal machine may not have (procps).
     while read -r name want; do
-        have=$(sysctl -n "$name")
+        have=$(cat "/proc/sys/${name//.//}")
         if [ "$have" -lt "$want" ]; then
             need_root "raising $name"
-            if sysctl -q -w "$name=$want" 2>/dev/null; then
+            if printf '%s\n' "$want" 2>/dev/null > "/proc/sys/${name//.//}"; then
                 changed=1
                 say "raised $name from $have to $want"
             else
