@@ -74,7 +74,7 @@ integration: venv
 	$(BIN)/pytest -q --durations=0 --durations-min=10 tests/integration
 
 molecule: venv
-	@for scenario in default docker gpu_fixture gpu_adopt slurm; do \
+	@for scenario in default gpu_fixture gpu_adopt; do \
 		start=$$(date +%s); $(BIN)/molecule test -s $$scenario || exit 1; \
 		echo "make test: molecule $$scenario took $$(( $$(date +%s) - start )) s"; \
 	done

@@ -16,6 +16,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from pycli.paths import state_dir
 from tests.conftest import ROOT, run_pycli
 from tests.integration.conftest import CLUSTER
 from tests.integration.test_cache_stage import changed_tasks
@@ -258,8 +259,16 @@ def test_slurms_health_check_drains_a_node_whose_gpu_has_a_pending_row_remap(slu
 
 
 def test_secrets_stay_secret(slurm_cluster):
-    code, modes = node_run("node2", "stat", "-c", "%n %a %U:%G", "/etc/munge/munge.key", "/etc/slurm/slurm.conf")
-    assert code == 0 and "/etc/munge/munge.key 400 munge:munge" in modes, modes
+    keys = {}
+    for node in ("node1", "node2"):
+        code, modes = node_run(node, "stat", "-c", "%n %a %U:%G %s", "/etc/munge/munge.key")
+        assert code == 0 and modes.strip() == "/etc/munge/munge.key 400 munge:munge 1024", (node, modes)
+        keys[node] = node_run(node, "sha256sum", "/etc/munge/munge.key")[1].split()[0]
+    assert keys["node1"] == keys["node2"], "every node holds the cluster's one munge key"
+    # The controller's copies: a folder only its user opens, under PYCLI_STATE, never in the repository.
+    secrets = state_dir() / "slurm" / CLUSTER
+    modes = [oct(path.stat().st_mode & 0o777) for path in (secrets, secrets / "munge.key", secrets / "slurmdbd.password")]
+    assert modes == ["0o700", "0o600", "0o600"], modes
     code, modes = node_run("node1", "stat", "-c", "%a %U", "/etc/slurm/slurmdbd.conf")
     assert code == 0 and modes.strip() == "600 slurm", modes
     code, password = node_run("node1", "sh", "-c", "sed -n 's/^StoragePass=//p' /etc/slurm/slurmdbd.conf")
@@ -271,6 +280,16 @@ def test_secrets_stay_secret(slurm_cluster):
         found = subprocess.run(["grep", "-rlF", "--exclude-dir=.git", "--exclude-dir=.venv", "-e", password, "-e", key[:40],
                                 str(folder)], capture_output=True, text=True)
         assert found.stdout == "", f"a secret is in {found.stdout}"
+
+
+def test_slurm_runs_the_node_gate_as_health_check_prolog_and_epilog(slurm_cluster):
+    code, out = node_run("node2", "/usr/local/sbin/pycli-slurm-health")
+    assert (code, out.strip()) == (0, "pycli health: healthy"), out
+    code, config = node_run("node1", "scontrol", "show", "config")
+    assert code == 0, config
+    for key, program in (("HealthCheckProgram", "pycli-slurm-health"), ("Prolog", "pycli-slurm-prolog"),
+                         ("Epilog", "pycli-slurm-epilog")):
+        assert re.search(rf"^{key}\s+= /usr/local/sbin/{program}$", config, re.M), f"{key} is not {program}"
 
 
 def test_a_node_down_while_the_slurm_role_runs_stops_only_itself(slurm_cluster, tmp_path):

@@ -94,3 +94,36 @@ def test_an_unusable_image_is_one_clear_line(provisioned_cluster, job_image, ima
     assert proc.returncode == 1 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert "node1, node2: " in proc.stderr  # the same failure on both nodes, said once
     assert not any(job_containers().values()), job_containers()
+
+
+def test_the_docker_role_gives_containers_1g_of_shared_memory_ipc_host_and_its_users_the_group(provisioned_cluster,
+                                                                                                job_image):
+    """What the docker role promises beyond a working engine, checked on the shared cluster."""
+    for node, (code, text) in on_nodes("cat", "/etc/docker/daemon.json").items():
+        config = json.loads(text)
+        # The role's own option and the inventory's (the bed's nested runtime), merged in one file.
+        assert code == 0 and config["default-shm-size"] == "1G", (node, text)
+        assert config["default-runtime"] == "runc-nested", (node, text)
+    on_nodes("sh", "-c", "echo pycli > /dev/shm/pycli-ipc-marker")
+    # NCCL in a container needs the host's /dev/shm (--ipc=host); without it a container gets 1G, not 64M.
+    for node, (code, out) in on_nodes("docker", "run", "--rm", "--ipc=host", job_image,
+                                      "cat", "/dev/shm/pycli-ipc-marker").items():
+        assert (code, out) == (0, "pycli"), (node, out)
+    for node, (code, out) in on_nodes("docker", "run", "--rm", job_image, "df", "-k", "--output=size", "/dev/shm").items():
+        assert code == 0 and out.splitlines()[-1].strip() == "1048576", (node, out)
+    on_nodes("rm", "-f", "/dev/shm/pycli-ipc-marker")
+
+    user = "pycli-test-docker-user"
+    on_nodes("useradd", "--no-create-home", user)
+    try:
+        proc = subprocess.run(
+            [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(provisioned_cluster), "playbooks/site.yml",
+             "--tags", "docker_config", "--limit", "node2", "-e", json.dumps({"docker_users": [user]})],
+            cwd=ROOT, capture_output=True, text=True, timeout=600,
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        groups = on_nodes("id", "-nG", user)
+        assert "docker" in groups["pycli-" + CLUSTER + "-node2"][1].split(), groups
+        assert "docker" not in groups["pycli-" + CLUSTER + "-node1"][1].split(), groups
+    finally:
+        on_nodes("userdel", user)
