@@ -2,7 +2,7 @@
 """Provisioning cost against cluster size, on light local nodes.
 
     .venv/bin/python benchmarks/scale.py [--nodes 1,2,4,8,16] [--stages ssh_trust] [--artifact-mb 64]
-        [--json figures.json]
+        [--without-cache-at 8,32] [--json figures.json]
 
 For each N: a fresh local cluster of N nodes (`pycli cluster up --name scale --nodes N`), then
 for each stage (a tag of playbooks/site.yml, docs/tags.md) a first run and a no-change run of
@@ -11,7 +11,11 @@ for each stage (a tag of playbooks/site.yml, docs/tags.md) a first run and a no-
 with playbooks/fanout.yml, the way the roles send Open MPI, the Horovod wheel and the
 wheelhouse: `artifact` passes it on from node to node (it needs the nodes' SSH trust: put it
 after common,ssh_trust), `artifact-from-controller` sends it from the controller to each node
-(artifact_cache_fanout=false), the other side of the comparison. Per run it prints:
+(artifact_cache_fanout=false), the other side of the comparison. A stage with `+cache` (e.g.
+`common+cache`) runs on clusters of their own whose node1 is the package cache (group
+package_cache, roles/package_cache): the tags `package_cache,STAGE`, so its first run includes
+installing the cache and filling it; `--without-cache-at SIZES` runs it also without the cache at
+those sizes, on fresh clusters of the same run, for the comparison. Per run it prints:
 
 - wall: seconds the provisioning command took;
 - controller CPU: user + system seconds of the whole pycli process tree (Ansible's forks
@@ -56,6 +60,8 @@ FIGURES = ("wall_s", "cpu_s", "sent_mb", "inbound_mb", "tasks_per_host", "items_
 COUNTER = "pycli-scale"
 # Stages that are not tags of site.yml: playbooks/fanout.yml with these extra variables.
 ARTIFACT_STAGES = {"artifact": [], "artifact-from-controller": ["-e", "artifact_cache_fanout=false"]}
+# A stage STAGE+cache: STAGE on a cluster whose nodes fetch their packages through node1's cache.
+WITH_CACHE = "+cache"
 
 
 @dataclass
@@ -131,7 +137,11 @@ def per_host(run_folder: Path, events: set[str]) -> Counter:
 
 
 def stage_argv(stage: str, artifact: Path) -> list[str]:
-    """What `pycli provision INVENTORY` gets for a stage: its tag, or the fan-out playbook for an artifact stage."""
+    """What `pycli provision INVENTORY` gets for a stage: its tag (with the package cache's for STAGE+cache),
+    or the fan-out playbook for an artifact stage."""
+    if stage.endswith(WITH_CACHE) and stage.removesuffix(WITH_CACHE) not in ARTIFACT_STAGES:
+        return ["--tags", f"package_cache,{stage.removesuffix(WITH_CACHE)}"]
+    stage = stage.removesuffix(WITH_CACHE)
     if stage not in ARTIFACT_STAGES:
         return ["--tags", stage]
     return ["--playbook", "playbooks/fanout.yml", "-e", f"fanout_entry={artifact}",
@@ -178,16 +188,35 @@ def provision(inventory: Path, argv: list[str], env: dict[str, str], bridge: str
     return wall, usage.ru_utime + usage.ru_stime, sent, inbound, run_folder, failed
 
 
-def measure(sizes: list[int], stages: list[str], ca_bundle: str, env: dict[str, str], artifact: Path) -> list[Run]:
+def clusters(sizes: list[int], stages: list[str], without_cache_at: frozenset[int] = frozenset()) -> list[
+        tuple[int, bool, list[str]]]:
+    """(nodes, with the package cache, the stages run on it) for each fresh cluster the benchmark brings up:
+    per size, one for the stages without the cache and one for those with it. At the sizes in
+    without_cache_at each STAGE+cache stage also runs as plain STAGE, the other side of the comparison."""
+    plans = []
+    for nodes in sorted(set(sizes) | without_cache_at):
+        plain = [s for s in stages if not s.endswith(WITH_CACHE)] if nodes in sizes else []
+        cached = [s for s in stages if s.endswith(WITH_CACHE)]
+        if nodes in without_cache_at:
+            plain += [s.removesuffix(WITH_CACHE) for s in cached if s.removesuffix(WITH_CACHE) not in plain]
+        for cache, chosen in ((False, plain), (True, cached if nodes in sizes else [])):
+            if chosen:
+                plans.append((nodes, cache, chosen))
+    return plans
+
+
+def measure(sizes: list[int], stages: list[str], ca_bundle: str, env: dict[str, str], artifact: Path,
+            without_cache_at: frozenset[int] = frozenset()) -> list[Run]:
     runs: list[Run] = []
     inventory = ROOT / "inventory" / f"local-{CLUSTER}.ini"
-    for nodes in sizes:
+    for nodes, cache, chosen in clusters(sizes, stages, without_cache_at):
         pycli("cluster", "down", "--name", CLUSTER, env=env)
-        pycli("cluster", "up", "--name", CLUSTER, "--nodes", str(nodes), "--ca-bundle", ca_bundle, env=env)
+        pycli("cluster", "up", "--name", CLUSTER, "--nodes", str(nodes), "--ca-bundle", ca_bundle,
+              "--package-cache" if cache else "--no-package-cache", env=env)
         bridge = cluster_bridge(CLUSTER)
         own_counter("-I", bridge)
         try:
-            for stage in stages:
+            for stage in chosen:
                 for kind in ("first", "no-change"):
                     wall, cpu, sent, inbound, folder, failed = provision(inventory, stage_argv(stage, artifact), env, bridge)
                     tasks, items = per_host(folder, TASK_EVENTS), per_host(folder, ITEM_EVENTS)
@@ -244,17 +273,21 @@ def main() -> int:
                         help="tags of site.yml, or artifact / artifact-from-controller, comma-separated (default ssh_trust)")
     parser.add_argument("--artifact-mb", type=int, default=64, help="size of the artifact stages' file in MB (default 64)")
     parser.add_argument("--ca-bundle", default="/etc/ssl/certs/ca-certificates.crt", help="CA bundle for the nodes")
+    parser.add_argument("--without-cache-at", default="",
+                        help="sizes at which each STAGE+cache stage also runs without the cache, comma-separated")
     parser.add_argument("--json", type=Path, help="also write every run's figures here")
     args = parser.parse_args()
-    if not re.fullmatch(r"[1-9][0-9]*(,[1-9][0-9]*)*", args.nodes):
-        parser.error(f"--nodes takes sizes of at least 1 separated by commas, not {args.nodes!r}")
+    for option, value in (("--nodes", args.nodes), ("--without-cache-at", args.without_cache_at or "1")):
+        if not re.fullmatch(r"[1-9][0-9]*(,[1-9][0-9]*)*", value):
+            parser.error(f"{option} takes sizes of at least 1 separated by commas, not {value!r}")
     sizes = sorted({int(n) for n in args.nodes.split(",")})
+    without_cache_at = frozenset(int(n) for n in args.without_cache_at.split(",") if n)
     stages = [s for s in args.stages.split(",") if s]
     if args.artifact_mb < 1:
         parser.error(f"--artifact-mb takes a size of at least 1, not {args.artifact_mb}")
     with tempfile.TemporaryDirectory(prefix="pycli-scale-") as folder:
         artifact = make_artifact(Path(folder), args.artifact_mb) if set(stages) & set(ARTIFACT_STAGES) else Path(folder)
-        runs = measure(sizes, stages, args.ca_bundle, dict(os.environ), artifact)
+        runs = measure(sizes, stages, args.ca_bundle, dict(os.environ), artifact, without_cache_at)
     report(runs, args.artifact_mb)
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in runs], indent=2))

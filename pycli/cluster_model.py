@@ -23,7 +23,14 @@ from typing import Any
 
 from pycli.ansible_inventory import read_with_ansible
 from pycli.errors import BadInput, problems_error
-from pycli.inventory_writer import LAUNCHER_GROUP, MONITORING_GROUP, NODES_GROUP, SLURM_CONTROLLER_GROUP, HostEntry
+from pycli.inventory_writer import (
+    LAUNCHER_GROUP,
+    MONITORING_GROUP,
+    NODES_GROUP,
+    PACKAGE_CACHE_GROUP,
+    SLURM_CONTROLLER_GROUP,
+    HostEntry,
+)
 
 DEFAULT_SSH_PORT = 22
 # Later the GPU count found on the host; until a host has been looked at, one process.
@@ -415,6 +422,9 @@ def load_cluster(path: Path | str) -> Cluster:
         problems.append(why)
     opt_in = {group: groups.get(group, []) for group in _OPT_IN_HOSTS}
     problems += [why for group, names in opt_in.items() if (why := opt_in_problem(group, names, groups[NODES_GROUP]))]
+    if len(caches := groups.get(PACKAGE_CACHE_GROUP, [])) > 1:
+        problems.append(f"group '{PACKAGE_CACHE_GROUP}' names {len(caches)} hosts ({_some_names(caches)}); "
+                        "name exactly one, where the cluster's packages are cached")
     problems += sorted({why for name in groups[NODES_GROUP] if (why := webhook_problem(host_vars[name].get(WEBHOOK_VAR)))})
     if hosts or not groups[NODES_GROUP]:
         problems += cluster_problems(hosts, launcher=None)

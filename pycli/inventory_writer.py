@@ -21,17 +21,26 @@ LAUNCHER_GROUP = "launcher"
 SLURM_CONTROLLER_GROUP = "slurm_controller"
 # Opt-in to monitoring (role monitoring): the one host of this group runs Prometheus and Alertmanager.
 MONITORING_GROUP = "monitoring"
+# Opt-in to the package cache (role package_cache): the one host of this group runs apt-cacher-ng.
+PACKAGE_CACHE_GROUP = "package_cache"
+# From this many hosts on, a new inventory has the package cache unless asked not to: measured with
+# benchmarks/scale.py (docs/scale.md, "The package cache").
+PACKAGE_CACHE_FROM_HOSTS = 4
 # The opt-in groups, each naming one host of `nodes`, with the line the inventory says of it.
 OPT_IN_GROUPS = {
     SLURM_CONTROLLER_GROUP: "Slurm's controller (slurmctld, slurmdbd with MariaDB); every host of [nodes] runs slurmd.",
     MONITORING_GROUP: "Monitoring: Prometheus and Alertmanager; every host of [nodes] runs node-exporter.",
+    PACKAGE_CACHE_GROUP: "Package cache (apt-cacher-ng): every host of [nodes] fetches its packages through it.",
 }
 
 
 
-def opt_in_groups(*, slurm: bool = False, monitoring: bool = False) -> tuple[str, ...]:
-    """The opt-in groups that `--slurm` and `--monitoring` ask for, in OPT_IN_GROUPS' order."""
-    asked = {SLURM_CONTROLLER_GROUP: slurm, MONITORING_GROUP: monitoring}
+def opt_in_groups(*, slurm: bool = False, monitoring: bool = False, package_cache: bool | None = False,
+                  hosts: int = 0) -> tuple[str, ...]:
+    """The opt-in groups that `--slurm`, `--monitoring` and `--package-cache` ask for, in OPT_IN_GROUPS' order.
+    package_cache None: on for PACKAGE_CACHE_FROM_HOSTS hosts or more."""
+    cache = package_cache if package_cache is not None else hosts >= PACKAGE_CACHE_FROM_HOSTS
+    asked = {SLURM_CONTROLLER_GROUP: slurm, MONITORING_GROUP: monitoring, PACKAGE_CACHE_GROUP: cache}
     return tuple(group for group in OPT_IN_GROUPS if asked[group])
 
 

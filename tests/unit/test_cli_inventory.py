@@ -70,6 +70,27 @@ def test_new_with_monitoring_makes_the_launcher_the_monitoring_host(capsys, tmp_
     assert "monitoring" not in plain.read_text() and load_cluster(plain).monitoring_host is None
 
 
+def test_the_package_cache_is_on_from_four_hosts_unless_asked_either_way(capsys, tmp_path):
+    def cache_group(name, *argv):
+        output = tmp_path / f"{name}.ini"
+        ok(capsys, "inventory", "new", "-o", output, *argv)
+        text = output.read_text()
+        return text.split("\n[package_cache]\n", 1)[1].split("\n", 1)[0] if "[package_cache]" in text else None
+
+    assert cache_group("three", "--hosts", "a,b,c") is None
+    assert cache_group("four", "--hosts", "a,b,c,d", "--launcher-host", "b") == "b"
+    assert cache_group("four-without", "--hosts", "a,b,c,d", "--no-package-cache") is None
+    assert cache_group("two-with", "--hosts", "a,b", "--package-cache") == "a"
+
+
+def test_a_second_package_cache_host_is_one_line(capsys, tmp_path):
+    output = tmp_path / "two-caches.ini"
+    output.write_text("[nodes]\na\nb\n\n[package_cache]\na\nstore\n")
+    code, out, err = pycli(capsys, "inventory", "show", output)
+    assert (code, out) == (EXIT_BAD_INPUT, "") and err.count("\n") == 1, err
+    assert "group 'package_cache' names 2 hosts (a, store); name exactly one" in err
+
+
 def test_new_with_port_and_key(capsys, tmp_path):
     key = tmp_path / "id_ed25519"
     key.write_text("not a real key\n")

@@ -264,6 +264,8 @@ def test_retry_hosts_reach_every_node_play_but_trust_and_the_end_take_every_node
     # Slurm's and monitoring's plays: every node too, where the inventory opts in (tests/unit/test_slurm_play.py).
     hosts.pop("Slurm scheduler")
     hosts.pop("Monitoring")
+    # The package cache's play: the retried nodes, and the cache host too where the inventory has one.
+    assert hosts.pop("Package cache for the nodes' apt").startswith("{{ pycli_hosts | default('nodes') }}{{ (':' ~ ")
     others = {pattern for name, pattern in hosts.items() if pattern not in ("nodes", "localhost")}
     assert others == {"{{ pycli_hosts | default('nodes') }}"}
     assert not any("serial" in play for play in _plays(SITE_PLAYBOOK))  # one dead node must not end the run

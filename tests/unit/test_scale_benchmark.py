@@ -81,6 +81,21 @@ def test_a_tag_stage_runs_site_yml_and_an_artifact_stage_the_fan_out_playbook(tm
     assert direct[direct.index("-e", 3) + 1] != fanned[fanned.index("-e", 3) + 1]  # each stage its own node path
 
 
+def test_a_cache_stage_runs_with_the_package_cache_on_a_cluster_of_its_own(tmp_path):
+    assert scale.stage_argv("common+cache", tmp_path) == ["--tags", "package_cache,common"]
+    assert scale.clusters([1, 4], ["common", "common+cache", "ssh_trust"]) == [
+        (1, False, ["common", "ssh_trust"]), (1, True, ["common+cache"]),
+        (4, False, ["common", "ssh_trust"]), (4, True, ["common+cache"]),
+    ]
+    assert scale.clusters([2], ["common+cache"]) == [(2, True, ["common+cache"])]
+    # The comparison: the same stage without the cache, at the sizes asked, in the same run.
+    assert scale.clusters([1, 8], ["common+cache", "ssh_trust"], frozenset({8, 32})) == [
+        (1, False, ["ssh_trust"]), (1, True, ["common+cache"]),
+        (8, False, ["ssh_trust", "common"]), (8, True, ["common+cache"]),
+        (32, False, ["common"]),
+    ]
+
+
 def test_the_artifact_is_a_whole_cache_entry(tmp_path):
     entry = scale.make_artifact(tmp_path, 2)
     check = subprocess.run([str(ROOT / "roles" / "artifact_cache" / "files" / "cache_entry.sh"), "check", str(entry)],

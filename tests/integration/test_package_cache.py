@@ -1,0 +1,156 @@
+"""The package cache (role package_cache) on the shared 2-node cluster: node1 runs apt-cacher-ng and both
+nodes' apt fetch through it. What one node fetched, the next gets from the cache; apt still checks every
+signature and hash of what the cache hands it.
+"""
+
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_pycli
+from tests.integration.test_cache_stage import changed_tasks
+from tests.integration.test_node_down import _address
+from tests.integration.test_slurm import node_run
+
+pytestmark = pytest.mark.integration
+CACHE_LOG = "/var/log/apt-cacher-ng/apt-cacher.log"
+APT_CONF = "/etc/apt/apt.conf.d/01pycli-package-cache"
+# A small package of Debian's that no role installs.
+PROBE = "hello"
+
+
+def provision_package_cache(inventory: Path, runs: Path) -> subprocess.CompletedProcess:
+    proc = run_pycli("provision", str(inventory), "--tags", "package_cache", env={"PYCLI_RUNS": str(runs)}, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def cached_cluster(provisioned_cluster, tmp_path_factory):
+    """The shared cluster's inventory with group package_cache (node1); the setting taken back afterwards."""
+    folder = tmp_path_factory.mktemp("package-cache")
+    inventory = folder / "cached.ini"
+    inventory.write_text(provisioned_cluster.read_text() + "\n[package_cache]\nnode1\n")
+    provision_package_cache(inventory, folder / "runs-first")
+    yield inventory
+    provision_package_cache(provisioned_cluster, folder / "runs-without")
+    for node in ("node1", "node2"):
+        assert node_run(node, "test", "-e", APT_CONF)[0] == 1, f"{node} still sends apt through the cache"
+
+
+def transfers(path_part: str) -> list[tuple[str, str]]:
+    """(kind, client) of every line of the cache's transfer log naming path_part: I, a fetch from the
+    repository (a miss); O, a file handed to a client."""
+    code, log = node_run("node1", "cat", CACHE_LOG)
+    assert code == 0, log
+    return [(fields[1], fields[3]) for line in log.splitlines()
+            if len(fields := line.split("|")) >= 5 and path_part in fields[4]]
+
+
+def test_a_package_one_node_fetched_comes_to_the_next_from_the_cache_and_a_changed_copy_is_refused(
+        cached_cluster, tmp_path):
+    provision_package_cache(cached_cluster, tmp_path / "again")
+    assert changed_tasks(tmp_path / "again") == []
+    for node in ("node1", "node2"):
+        code, out = node_run(node, "sh", "-c", f"cd /tmp && rm -f {PROBE}_*.deb && apt-get download -q {PROBE} 2>&1")
+        assert code == 0, (node, out)
+    found = transfers(f"/{PROBE}_")
+    node1, node2 = _address(cached_cluster, "node1"), _address(cached_cluster, "node2")
+    # One fetch from Debian's mirror (node1's miss), then node2's copy straight from the cache (a hit).
+    assert [kind for kind, _ in found].count("I") == 1, found
+    assert {client for kind, client in found if kind == "O"} == {node1, node2}, found
+
+    # A cache that hands out a changed file: the same size, other bytes. apt checks the hash the signed
+    # index gives and refuses it.
+    code, cached = node_run("node1", "find", "/var/cache/apt-cacher-ng", "-name", f"{PROBE}_*.deb")
+    assert code == 0 and cached.strip(), cached
+    spoil = "import sys; f = open(sys.argv[1], 'r+b'); f.seek(2048); b = f.read(64); f.seek(2048); " \
+            "f.write(bytes(x ^ 0xFF for x in b))"
+    assert node_run("node1", "python3", "-c", spoil, cached.split()[0])[0] == 0
+    try:
+        code, out = node_run("node2", "sh", "-c", f"cd /tmp && rm -f {PROBE}_*.deb && apt-get download -q {PROBE} 2>&1")
+        assert code != 0 and "Hash Sum mismatch" in out, out
+        assert node_run("node2", "sh", "-c", f"ls /tmp/{PROBE}_*.deb")[0] != 0, "apt kept the changed file"
+    finally:
+        node_run("node1", "rm", "-f", cached.split()[0], cached.split()[0].removesuffix(".deb") + ".deb.head")
+
+
+def _deb(folder: Path, name: str, version: str) -> Path:
+    root = folder / name
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN" / "control").write_text(
+        f"Package: {name}\nVersion: {version}\nArchitecture: all\nMaintainer: pycli tests <noreply@example.invalid>\n"
+        "Description: pycli's package cache test (installs nothing)\n")
+    deb = folder / f"{name}_{version}_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(root), str(deb)], check=True, capture_output=True)
+    return deb
+
+
+def _put(node: str, folder: Path, where: str) -> None:
+    """Copy folder's files into the node at `where`."""
+    import docker
+
+    from tests.integration.conftest import CLUSTER
+
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        tar.add(folder, arcname=".")
+    container = docker.from_env().containers.get(f"pycli-{CLUSTER}-{node}")
+    assert container.exec_run(["mkdir", "-p", where])[0] == 0
+    container.put_archive(where, data.getvalue())
+
+
+def test_apt_refuses_through_the_cache_what_its_keyring_does_not_sign(cached_cluster, tmp_path):
+    """A signed repository, served on node1's port 80 and fetched by node2 through the cache: with the key
+    that signed it apt installs from it; with another key apt refuses it."""
+    sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "nvidia_repo"))
+    from build_repo import make_key, publish_flat
+
+    repo, keys = tmp_path / "repo", tmp_path / "keys"
+    keys.mkdir()
+    for name in ("signer", "other"):
+        make_key(tmp_path / name)
+        subprocess.run(["gpg", "--batch", "--yes", "--export", "-o", str(keys / f"{name}.gpg")],
+                       env={**os.environ, "GNUPGHOME": str(tmp_path / name)}, check=True)
+    publish_flat(repo, [_deb(tmp_path, "pycli-cache-probe", "1.0")], tmp_path / "signer", "pycli-cache-test")
+    _put("node1", repo, "/srv/pycli-cache-test")
+    _put("node2", keys, "/etc/apt/keyrings/pycli-cache-test")
+    server = threading.Thread(target=node_run, daemon=True, args=(
+        "node1", "timeout", "120", "python3", "-m", "http.server", "80", "--directory", "/srv/pycli-cache-test"))
+    server.start()
+    node1 = _address(cached_cluster, "node1")
+    deadline = time.monotonic() + 30
+    while node_run("node2", "python3", "-c", f"import socket; socket.create_connection(('{node1}', 80), 1)")[0] != 0:
+        assert time.monotonic() < deadline, "node1's test repository did not start"
+        time.sleep(0.5)
+    url = f"http://{node1}/"
+    source = "/etc/apt/sources.list.d/pycli-cache-test.list"
+
+    def update_with(key: str) -> tuple[int, str]:
+        line = f"deb [signed-by=/etc/apt/keyrings/pycli-cache-test/{key}.gpg] {url} ./"
+        node_run("node2", "sh", "-c", f"echo '{line}' > {source}")
+        return node_run("node2", "sh", "-c", f"apt-get update -o Dir::Etc::sourcelist={source} "
+                        "-o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0 2>&1")
+
+    try:
+        code, out = update_with("other")
+        assert code != 0 and "NO_PUBKEY" in out, out
+        code, out = node_run("node2", "sh", "-c", "apt-get download pycli-cache-probe 2>&1")
+        assert code != 0, out
+        code, out = update_with("signer")
+        assert code == 0, out
+        code, out = node_run("node2", "sh", "-c", "cd /tmp && apt-get download pycli-cache-probe 2>&1")
+        assert code == 0, out
+        # Both answers came through the cache: it logged handing node2 the repository's files.
+        assert ("O", _address(cached_cluster, "node2")) in transfers("pycli-cache-probe"), transfers("pycli-cache")
+    finally:
+        node_run("node2", "rm", "-rf", source, "/etc/apt/keyrings/pycli-cache-test", "/tmp/pycli-cache-probe_1.0_all.deb")
+        node_run("node1", "sh", "-c", "pkill -f 'http.server 80'; rm -rf /srv/pycli-cache-test")
+        node_run("node2", "apt-get", "update", "-qq")
