@@ -23,9 +23,6 @@ SLURM_CONTROLLER_GROUP = "slurm_controller"
 MONITORING_GROUP = "monitoring"
 # Opt-in to the package cache (role package_cache): the one host of this group runs apt-cacher-ng.
 PACKAGE_CACHE_GROUP = "package_cache"
-# From this many hosts on, a new inventory has the package cache unless asked not to: measured with
-# benchmarks/scale.py (docs/scale.md, "The package cache").
-PACKAGE_CACHE_FROM_HOSTS = 4
 # The opt-in groups, each naming one host of `nodes`, with the line the inventory says of it.
 OPT_IN_GROUPS = {
     SLURM_CONTROLLER_GROUP: "Slurm's controller (slurmctld, slurmdbd with MariaDB); every host of [nodes] runs slurmd.",
@@ -35,12 +32,10 @@ OPT_IN_GROUPS = {
 
 
 
-def opt_in_groups(*, slurm: bool = False, monitoring: bool = False, package_cache: bool | None = False,
-                  hosts: int = 0) -> tuple[str, ...]:
+def opt_in_groups(*, slurm: bool = False, monitoring: bool = False, package_cache: bool = False) -> tuple[str, ...]:
     """The opt-in groups that `--slurm`, `--monitoring` and `--package-cache` ask for, in OPT_IN_GROUPS' order.
-    package_cache None: on for PACKAGE_CACHE_FROM_HOSTS hosts or more."""
-    cache = package_cache if package_cache is not None else hosts >= PACKAGE_CACHE_FROM_HOSTS
-    asked = {SLURM_CONTROLLER_GROUP: slurm, MONITORING_GROUP: monitoring, PACKAGE_CACHE_GROUP: cache}
+    The package cache is not on by default at any size yet: docs/scale.md, "The package cache"."""
+    asked = {SLURM_CONTROLLER_GROUP: slurm, MONITORING_GROUP: monitoring, PACKAGE_CACHE_GROUP: package_cache}
     return tuple(group for group in OPT_IN_GROUPS if asked[group])
 
 

@@ -172,10 +172,8 @@ def test_test_bed_settings_read_back_as_data(tmp_path):
     assert merged["common_extra_ca_bundle"] == str(ca.resolve())
 
 
-def test_cluster_up_has_a_package_cache_from_four_nodes_unless_asked_either_way():
+def test_the_package_cache_group_comes_only_when_asked():
     from pycli.inventory_writer import opt_in_groups
 
-    assert opt_in_groups(package_cache=None, hosts=3) == ()
-    assert opt_in_groups(package_cache=None, hosts=4) == ("package_cache",)
-    assert opt_in_groups(package_cache=False, hosts=64) == ()
-    assert opt_in_groups(slurm=True, package_cache=True, hosts=1) == ("slurm_controller", "package_cache")
+    assert opt_in_groups() == ()
+    assert opt_in_groups(slurm=True, package_cache=True) == ("slurm_controller", "package_cache")
