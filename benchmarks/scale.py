@@ -139,13 +139,11 @@ def per_host(run_folder: Path, events: set[str]) -> Counter:
 def stage_argv(stage: str, artifact: Path) -> list[str]:
     """What `pycli provision INVENTORY` gets for a stage: its tag (with the package cache's for STAGE+cache),
     or the fan-out playbook for an artifact stage."""
-    if stage.endswith(WITH_CACHE) and stage.removesuffix(WITH_CACHE) not in ARTIFACT_STAGES:
-        return ["--tags", f"package_cache,{stage.removesuffix(WITH_CACHE)}"]
-    stage = stage.removesuffix(WITH_CACHE)
-    if stage not in ARTIFACT_STAGES:
-        return ["--tags", stage]
+    base = stage.removesuffix(WITH_CACHE)
+    if base not in ARTIFACT_STAGES:
+        return ["--tags", base if base == stage else f"package_cache,{base}"]
     return ["--playbook", "playbooks/fanout.yml", "-e", f"fanout_entry={artifact}",
-            "-e", f"fanout_dest=/var/cache/pycli/scale/{stage}", *ARTIFACT_STAGES[stage]]
+            "-e", f"fanout_dest=/var/cache/pycli/scale/{base}", *ARTIFACT_STAGES[base]]
 
 
 def make_artifact(folder: Path, megabytes: int) -> Path:

@@ -23,7 +23,8 @@ SLURM_CONTROLLER_GROUP = "slurm_controller"
 MONITORING_GROUP = "monitoring"
 # Opt-in to the package cache (role package_cache): the one host of this group runs apt-cacher-ng.
 PACKAGE_CACHE_GROUP = "package_cache"
-# The opt-in groups, each naming one host of `nodes`, with the line the inventory says of it.
+# The opt-in groups, each naming one host (of `nodes`, but for package_cache, which may name any
+# host the nodes reach), with the line the inventory says of it.
 OPT_IN_GROUPS = {
     SLURM_CONTROLLER_GROUP: "Slurm's controller (slurmctld, slurmdbd with MariaDB); every host of [nodes] runs slurmd.",
     MONITORING_GROUP: "Monitoring: Prometheus and Alertmanager; every host of [nodes] runs node-exporter.",

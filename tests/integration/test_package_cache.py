@@ -12,9 +12,11 @@ import threading
 import time
 from pathlib import Path
 
+import docker
 import pytest
 
 from tests.conftest import ROOT, run_pycli
+from tests.integration.conftest import CLUSTER
 from tests.integration.test_cache_stage import changed_tasks
 from tests.integration.test_node_down import _address
 from tests.integration.test_slurm import node_run
@@ -79,7 +81,7 @@ def test_a_package_one_node_fetched_comes_to_the_next_from_the_cache_and_a_chang
         assert code != 0 and "Hash Sum mismatch" in out, out
         assert node_run("node2", "sh", "-c", f"ls /tmp/{PROBE}_*.deb")[0] != 0, "apt kept the changed file"
     finally:
-        node_run("node1", "rm", "-f", cached.split()[0], cached.split()[0].removesuffix(".deb") + ".deb.head")
+        node_run("node1", "rm", "-f", cached.split()[0], cached.split()[0] + ".head")
 
 
 def _deb(folder: Path, name: str, version: str) -> Path:
@@ -95,10 +97,6 @@ def _deb(folder: Path, name: str, version: str) -> Path:
 
 def _put(node: str, folder: Path, where: str) -> None:
     """Copy folder's files into the node at `where`."""
-    import docker
-
-    from tests.integration.conftest import CLUSTER
-
     data = io.BytesIO()
     with tarfile.open(fileobj=data, mode="w") as tar:
         tar.add(folder, arcname=".")
