@@ -1,4 +1,4 @@
-"""The package cache (role package_cache) on the shared 2-node cluster: node1 runs apt-cacher-ng and both
+"""The package cache (role package_cache) on the shared 2-node cluster: node1 runs the cache (nginx) and both
 nodes' apt fetch through it. What one node fetched, the next gets from the cache; apt still checks every
 signature and hash of what the cache hands it.
 """
@@ -22,7 +22,8 @@ from tests.integration.test_node_down import _address
 from tests.integration.test_slurm import node_run
 
 pytestmark = pytest.mark.integration
-CACHE_LOG = "/var/log/apt-cacher-ng/apt-cacher.log"
+CACHE_LOG = "/var/log/nginx/pycli-package-cache.log"
+CACHE_DIR = "/var/cache/pycli-package-cache"
 APT_CONF = "/etc/apt/apt.conf.d/01pycli-package-cache"
 # A small package of Debian's that no role installs.
 PROBE = "hello"
@@ -48,12 +49,17 @@ def cached_cluster(provisioned_cluster, tmp_path_factory):
 
 
 def transfers(path_part: str) -> list[tuple[str, str]]:
-    """(kind, client) of every line of the cache's transfer log naming path_part: I, a fetch from the
-    repository (a miss); O, a file handed to a client."""
+    """(answer, client) of every request in the cache's log whose URL holds path_part: answer is the
+    cache's (MISS: fetched from the repository; HIT: handed out from the cache; ...)."""
     code, log = node_run("node1", "cat", CACHE_LOG)
     assert code == 0, log
-    return [(fields[1], fields[3]) for line in log.splitlines()
-            if len(fields := line.split("|")) >= 5 and path_part in fields[4]]
+    found = []
+    for line in log.splitlines():
+        fields = line.split()
+        answer = next((f.removeprefix("cache=") for f in fields if f.startswith("cache=")), "")
+        if len(fields) > 4 and path_part in fields[4]:
+            found.append((answer, fields[0]))
+    return found
 
 
 def test_a_package_one_node_fetched_comes_to_the_next_from_the_cache_and_a_changed_copy_is_refused(
@@ -66,14 +72,14 @@ def test_a_package_one_node_fetched_comes_to_the_next_from_the_cache_and_a_chang
     found = transfers(f"/{PROBE}_")
     node1, node2 = _address(cached_cluster, "node1"), _address(cached_cluster, "node2")
     # One fetch from Debian's mirror (node1's miss), then node2's copy straight from the cache (a hit).
-    assert [kind for kind, _ in found].count("I") == 1, found
-    assert {client for kind, client in found if kind == "O"} == {node1, node2}, found
+    assert found == [("MISS", node1), ("HIT", node2)], found
 
     # A cache that hands out a changed file: the same size, other bytes. apt checks the hash the signed
     # index gives and refuses it.
-    code, cached = node_run("node1", "find", "/var/cache/apt-cacher-ng", "-name", f"{PROBE}_*.deb")
-    assert code == 0 and cached.strip(), cached
-    spoil = "import sys; f = open(sys.argv[1], 'r+b'); f.seek(2048); b = f.read(64); f.seek(2048); " \
+    code, cached = node_run("node1", "grep", "-rlE", f"^KEY: http://.*/{PROBE}_", CACHE_DIR)
+    assert code == 0 and len(cached.split()) == 1, cached
+    # The file's last bytes are the package's (the cache's own header comes first).
+    spoil = "import sys; f = open(sys.argv[1], 'r+b'); f.seek(-64, 2); b = f.read(64); f.seek(-64, 2); " \
             "f.write(bytes(x ^ 0xFF for x in b))"
     assert node_run("node1", "python3", "-c", spoil, cached.split()[0])[0] == 0
     try:
@@ -81,7 +87,7 @@ def test_a_package_one_node_fetched_comes_to_the_next_from_the_cache_and_a_chang
         assert code != 0 and "Hash Sum mismatch" in out, out
         assert node_run("node2", "sh", "-c", f"ls /tmp/{PROBE}_*.deb")[0] != 0, "apt kept the changed file"
     finally:
-        node_run("node1", "rm", "-f", cached.split()[0], cached.split()[0] + ".head")
+        node_run("node1", "rm", "-f", cached.split()[0])
 
 
 def _deb(folder: Path, name: str, version: str) -> Path:
@@ -147,7 +153,8 @@ def test_apt_refuses_through_the_cache_what_its_keyring_does_not_sign(cached_clu
         code, out = node_run("node2", "sh", "-c", "cd /tmp && apt-get download pycli-cache-probe 2>&1")
         assert code == 0, out
         # Both answers came through the cache: it logged handing node2 the repository's files.
-        assert ("O", _address(cached_cluster, "node2")) in transfers("pycli-cache-probe"), transfers("pycli-cache")
+        node2 = _address(cached_cluster, "node2")
+        assert ("MISS", node2) in transfers("pycli-cache-probe"), transfers("pycli-cache")
     finally:
         node_run("node2", "rm", "-rf", source, "/etc/apt/keyrings/pycli-cache-test", "/tmp/pycli-cache-probe_1.0_all.deb")
         node_run("node1", "sh", "-c", "pkill -f 'http.server 80'; rm -rf /srv/pycli-cache-test")
