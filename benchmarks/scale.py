@@ -210,7 +210,7 @@ def measure(sizes: list[int], stages: list[str], ca_bundle: str, env: dict[str, 
     for nodes, cache, chosen in clusters(sizes, stages, without_cache_at):
         pycli("cluster", "down", "--name", CLUSTER, env=env)
         pycli("cluster", "up", "--name", CLUSTER, "--nodes", str(nodes), "--ca-bundle", ca_bundle,
-              *(["--package-cache"] if cache else []), env=env)
+              "--package-cache" if cache else "--no-package-cache", env=env)
         bridge = cluster_bridge(CLUSTER)
         own_counter("-I", bridge)
         try:

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from pycli import local_cluster
 from pycli.cli_options import JSON_OPTION, output_option
-from pycli.inventory_writer import opt_in_groups
+from pycli.inventory_writer import PACKAGE_CACHE_FROM_HOSTS, opt_in_groups
 from pycli.local_image import DEFAULT_MIRROR, DEFAULT_SUITE, ImageSpec, ensure_image
 from pycli.local_plan import LOCAL_NODE_SLOTS, validate_name
 
@@ -62,14 +62,15 @@ def up_cmd(
         False, "--monitoring", help="Opt in to monitoring: node1 in group monitoring; provisioning installs Prometheus and "
         "Alertmanager there and node-exporter on every node."
     ),
-    package_cache: bool = typer.Option(
-        False, "--package-cache", help="Opt in to the package cache: node1 in group package_cache runs apt-cacher-ng "
-        "and every node's apt fetches through it."
+    package_cache: bool | None = typer.Option(
+        None, "--package-cache/--no-package-cache", help="The package cache: node1 in group package_cache runs it "
+        f"(nginx) and every node's apt fetches through it (default: on from {PACKAGE_CACHE_FROM_HOSTS} nodes)."
     ),
 ) -> None:
     """Start NODES systemd node containers reachable over SSH and write their inventory."""
     local_cluster.up(name, nodes, slots=slots, subnet=subnet, image=_spec(ca_bundle, mirror), inventory=output,
-                     opt_in=opt_in_groups(slurm=slurm, monitoring=monitoring, package_cache=package_cache))
+                     opt_in=opt_in_groups(slurm=slurm, monitoring=monitoring, package_cache=package_cache,
+                                         hosts=nodes))
 
 
 @cluster_app.command("down")

@@ -33,7 +33,13 @@ from pycli.cluster_model import (
 from pycli.drained import for_jobs
 from pycli.errors import BadInput, notice, read_user_text, text_of
 from pycli.gpu_reports import count_listed_gpus
-from pycli.inventory_writer import HostEntry, opt_in_groups, render_inventory, write_text_atomically
+from pycli.inventory_writer import (
+    PACKAGE_CACHE_FROM_HOSTS,
+    HostEntry,
+    opt_in_groups,
+    render_inventory,
+    write_text_atomically,
+)
 from pycli.launch_lines import job_process_pattern
 
 inventory_app = typer.Typer(help="Write and read cluster inventories (hosts, SSH access, slots).", no_args_is_help=True)
@@ -238,9 +244,9 @@ def new_cmd(
         False, "--monitoring", help="Opt in to monitoring: group monitoring with the launcher host (Prometheus, "
         "Alertmanager); provisioning installs node-exporter on every host."
     ),
-    package_cache: bool = typer.Option(
-        False, "--package-cache", help="Opt in to the package cache: group package_cache with the launcher host "
-        "(apt-cacher-ng); every host's apt fetches through it."
+    package_cache: bool | None = typer.Option(
+        None, "--package-cache/--no-package-cache", help="The package cache: group package_cache with the launcher "
+        f"host (nginx); every host's apt fetches through it (default: on from {PACKAGE_CACHE_FROM_HOSTS} hosts)."
     ),
     force: bool = typer.Option(False, "--force", help="Replace OUTPUT if it exists."),
 ) -> None:
@@ -257,7 +263,7 @@ def new_cmd(
     settings = ClusterSettings(slots=slots, user=user, port=port, key=_key_path(key), launcher=launcher_host,
                                venv=node_path(venv, "--venv", here=local), work_dir=work_dir_path(work_dir, here=local),
                                opt_in=opt_in_groups(slurm=slurm, monitoring=monitoring,
-                                                    package_cache=package_cache))
+                                                    package_cache=package_cache, hosts=len(entries)))
     text = new_inventory_text(entries, settings, made_from=made_from)
     write_text_atomically(output, text, force=force)
     print(f"wrote {output} ({len(entries)} hosts); check it with 'pycli inventory show {output}'")

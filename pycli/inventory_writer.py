@@ -21,21 +21,27 @@ LAUNCHER_GROUP = "launcher"
 SLURM_CONTROLLER_GROUP = "slurm_controller"
 # Opt-in to monitoring (role monitoring): the one host of this group runs Prometheus and Alertmanager.
 MONITORING_GROUP = "monitoring"
-# Opt-in to the package cache (role package_cache): the one host of this group runs apt-cacher-ng.
+# The package cache (role package_cache): the one host of this group runs it (nginx as a caching
+# proxy). On by default from PACKAGE_CACHE_FROM_HOSTS hosts: docs/scale.md, "The package cache".
 PACKAGE_CACHE_GROUP = "package_cache"
+PACKAGE_CACHE_FROM_HOSTS = 8
 # The opt-in groups, each naming one host (of `nodes`, but for package_cache, which may name any
 # host the nodes reach), with the line the inventory says of it.
 OPT_IN_GROUPS = {
     SLURM_CONTROLLER_GROUP: "Slurm's controller (slurmctld, slurmdbd with MariaDB); every host of [nodes] runs slurmd.",
     MONITORING_GROUP: "Monitoring: Prometheus and Alertmanager; every host of [nodes] runs node-exporter.",
-    PACKAGE_CACHE_GROUP: "Package cache (apt-cacher-ng): every host of [nodes] fetches its packages through it.",
+    PACKAGE_CACHE_GROUP: "Package cache (nginx): every host of [nodes] fetches its packages through it.",
 }
 
 
 
-def opt_in_groups(*, slurm: bool = False, monitoring: bool = False, package_cache: bool = False) -> tuple[str, ...]:
+def opt_in_groups(*, slurm: bool = False, monitoring: bool = False, package_cache: bool | None = False,
+                  hosts: int = 0) -> tuple[str, ...]:
     """The opt-in groups that `--slurm`, `--monitoring` and `--package-cache` ask for, in OPT_IN_GROUPS' order.
-    The package cache is not on by default at any size yet: docs/scale.md, "The package cache"."""
+    package_cache None (neither --package-cache nor --no-package-cache): on for `hosts` of at least
+    PACKAGE_CACHE_FROM_HOSTS."""
+    if package_cache is None:
+        package_cache = hosts >= PACKAGE_CACHE_FROM_HOSTS
     asked = {SLURM_CONTROLLER_GROUP: slurm, MONITORING_GROUP: monitoring, PACKAGE_CACHE_GROUP: package_cache}
     return tuple(group for group in OPT_IN_GROUPS if asked[group])
 

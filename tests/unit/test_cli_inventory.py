@@ -70,14 +70,19 @@ def test_new_with_monitoring_makes_the_launcher_the_monitoring_host(capsys, tmp_
     assert "monitoring" not in plain.read_text() and load_cluster(plain).monitoring_host is None
 
 
-def test_the_package_cache_is_on_when_asked_and_off_by_default(capsys, tmp_path):
+def test_the_package_cache_is_on_when_asked_and_by_default_from_eight_hosts(capsys, tmp_path):
     def cache_group(name, *argv):
         output = tmp_path / f"{name}.ini"
         ok(capsys, "inventory", "new", "-o", output, *argv)
         text = output.read_text()
         return text.split("\n[package_cache]\n", 1)[1].split("\n", 1)[0] if "[package_cache]" in text else None
 
-    assert cache_group("many", "--hosts", ",".join(f"n{i}" for i in range(64))) is None
+    def hosts(count):
+        return ",".join(f"n{i}" for i in range(count))
+
+    assert cache_group("seven", "--hosts", hosts(7)) is None
+    assert cache_group("eight", "--hosts", hosts(8)) == "n0"
+    assert cache_group("many-without", "--hosts", hosts(64), "--no-package-cache") is None
     assert cache_group("with", "--hosts", "a,b,c,d", "--launcher-host", "b", "--package-cache") == "b"
 
 

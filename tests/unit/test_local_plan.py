@@ -172,8 +172,12 @@ def test_test_bed_settings_read_back_as_data(tmp_path):
     assert merged["common_extra_ca_bundle"] == str(ca.resolve())
 
 
-def test_the_package_cache_group_comes_only_when_asked():
-    from pycli.inventory_writer import opt_in_groups
+def test_the_package_cache_group_comes_when_asked_or_from_eight_hosts_unless_refused():
+    from pycli.inventory_writer import PACKAGE_CACHE_FROM_HOSTS, opt_in_groups
 
     assert opt_in_groups() == ()
     assert opt_in_groups(slurm=True, package_cache=True) == ("slurm_controller", "package_cache")
+    assert PACKAGE_CACHE_FROM_HOSTS == 8
+    assert opt_in_groups(package_cache=None, hosts=7) == ()
+    assert opt_in_groups(package_cache=None, hosts=8) == ("package_cache",)
+    assert opt_in_groups(package_cache=False, hosts=64) == ()
