@@ -6,7 +6,9 @@
 
 For each N: a fresh local cluster of N nodes (`pycli cluster up --name scale --nodes N`), then
 for each stage (a tag of playbooks/site.yml, docs/tags.md) a first run and a no-change run of
-`pycli provision --tags STAGE`, then `pycli cluster down`. Two more stages send an artifact
+`pycli provision --tags STAGE`, then `pycli cluster down`; the stage `site` is the whole of
+site.yml (no --tags: every role, the Open MPI and Horovod builds included where the controller
+cache does not hold them yet). Two more stages send an artifact
 (--artifact-mb of random bytes, a whole entry of a controller cache of its own) to every node
 with playbooks/fanout.yml, the way the roles send Open MPI, the Horovod wheel and the
 wheelhouse: `artifact` passes it on from node to node (it needs the nodes' SSH trust: put it
@@ -62,6 +64,8 @@ COUNTER = "pycli-scale"
 ARTIFACT_STAGES = {"artifact": [], "artifact-from-controller": ["-e", "artifact_cache_fanout=false"]}
 # A stage STAGE+cache: STAGE on a cluster whose nodes fetch their packages through node1's cache.
 WITH_CACHE = "+cache"
+# The stage that is all of site.yml, every tag (the package cache's play among them, so `site+cache` adds no tag).
+WHOLE_SITE = "site"
 
 
 @dataclass
@@ -138,8 +142,10 @@ def per_host(run_folder: Path, events: set[str]) -> Counter:
 
 def stage_argv(stage: str, artifact: Path) -> list[str]:
     """What `pycli provision INVENTORY` gets for a stage: its tag (with the package cache's for STAGE+cache),
-    or the fan-out playbook for an artifact stage."""
+    nothing for the whole site.yml, or the fan-out playbook for an artifact stage."""
     base = stage.removesuffix(WITH_CACHE)
+    if base == WHOLE_SITE:
+        return []
     if base not in ARTIFACT_STAGES:
         return ["--tags", base if base == stage else f"package_cache,{base}"]
     return ["--playbook", "playbooks/fanout.yml", "-e", f"fanout_entry={artifact}",
@@ -268,7 +274,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", default="1,2,4,8,16", help="cluster sizes, comma-separated (default 1,2,4,8,16)")
     parser.add_argument("--stages", default="ssh_trust",
-                        help="tags of site.yml, or artifact / artifact-from-controller, comma-separated (default ssh_trust)")
+                        help="tags of site.yml, site (all of it), or artifact / artifact-from-controller, "
+                             "comma-separated; STAGE+cache for the same with the package cache (default ssh_trust)")
     parser.add_argument("--artifact-mb", type=int, default=64, help="size of the artifact stages' file in MB (default 64)")
     parser.add_argument("--ca-bundle", default="/etc/ssl/certs/ca-certificates.crt", help="CA bundle for the nodes")
     parser.add_argument("--without-cache-at", default="",

@@ -83,6 +83,8 @@ def test_a_tag_stage_runs_site_yml_and_an_artifact_stage_the_fan_out_playbook(tm
 
 def test_a_cache_stage_runs_with_the_package_cache_on_a_cluster_of_its_own(tmp_path):
     assert scale.stage_argv("common+cache", tmp_path) == ["--tags", "package_cache,common"]
+    # The whole site.yml has the cache's play in it already: no tags, with or without the cache.
+    assert scale.stage_argv("site", tmp_path) == scale.stage_argv("site+cache", tmp_path) == []
     assert scale.clusters([1, 4], ["common", "common+cache", "ssh_trust"]) == [
         (1, False, ["common", "ssh_trust"]), (1, True, ["common+cache"]),
         (4, False, ["common", "ssh_trust"]), (4, True, ["common+cache"]),
