@@ -175,7 +175,7 @@ def provision(inventory: Path, argv: list[str], env: dict[str, str], bridge: str
     proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.monotonic() - started
     sent, inbound = (own_bytes_sent() - sent_before) / 1e6, (bridge_tx_bytes(bridge) - inbound_before) / 1e6
-    found = re.search(r"details in (\S+)", output)
+    found = re.search(r"; run folder (\S+)", output)  # provisioning's first line, whether it ends well or not
     if not found:
         sys.exit(f"pycli provision {' '.join(argv)} (exit {proc.returncode}) named no run folder:\n{output[-3000:]}")
     run_folder = Path(found.group(1))
