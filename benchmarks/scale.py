@@ -2,13 +2,14 @@
 """Provisioning cost against cluster size, on light local nodes.
 
     .venv/bin/python benchmarks/scale.py [--nodes 1,2,4,8,16] [--stages ssh_trust] [--artifact-mb 64]
-        [--without-cache-at 8,32] [--json figures.json]
+        [--without-cache-at 8,32] [--slurm] [--monitoring] [--json figures.json]
 
 For each N: a fresh local cluster of N nodes (`pycli cluster up --name scale --nodes N`), then
 for each stage (a tag of playbooks/site.yml, docs/tags.md) a first run and a no-change run of
 `pycli provision --tags STAGE`, then `pycli cluster down`; the stage `site` is the whole of
 site.yml (no --tags: every role, the Open MPI and Horovod builds included where the controller
-cache does not hold them yet). Two more stages send an artifact
+cache does not hold them yet; the Slurm and monitoring plays with --slurm and --monitoring, which
+put node1 in their groups). Two more stages send an artifact
 (--artifact-mb of random bytes, a whole entry of a controller cache of its own) to every node
 with playbooks/fanout.yml, the way the roles send Open MPI, the Horovod wheel and the
 wheelhouse: `artifact` passes it on from node to node (it needs the nodes' SSH trust: put it
@@ -210,13 +211,13 @@ def clusters(sizes: list[int], stages: list[str], without_cache_at: frozenset[in
 
 
 def measure(sizes: list[int], stages: list[str], ca_bundle: str, env: dict[str, str], artifact: Path,
-            without_cache_at: frozenset[int] = frozenset()) -> list[Run]:
+            without_cache_at: frozenset[int] = frozenset(), opt_in: tuple[str, ...] = ()) -> list[Run]:
     runs: list[Run] = []
     inventory = ROOT / "inventory" / f"local-{CLUSTER}.ini"
     for nodes, cache, chosen in clusters(sizes, stages, without_cache_at):
         pycli("cluster", "down", "--name", CLUSTER, env=env)
         pycli("cluster", "up", "--name", CLUSTER, "--nodes", str(nodes), "--ca-bundle", ca_bundle,
-              "--package-cache" if cache else "--no-package-cache", env=env)
+              "--package-cache" if cache else "--no-package-cache", *opt_in, env=env)
         bridge = cluster_bridge(CLUSTER)
         own_counter("-I", bridge)
         try:
@@ -280,6 +281,8 @@ def main() -> int:
     parser.add_argument("--ca-bundle", default="/etc/ssl/certs/ca-certificates.crt", help="CA bundle for the nodes")
     parser.add_argument("--without-cache-at", default="",
                         help="sizes at which each STAGE+cache stage also runs without the cache, comma-separated")
+    parser.add_argument("--slurm", action="store_true", help="every cluster with Slurm (cluster up --slurm)")
+    parser.add_argument("--monitoring", action="store_true", help="every cluster with monitoring (cluster up --monitoring)")
     parser.add_argument("--json", type=Path, help="also write every run's figures here")
     args = parser.parse_args()
     for option, value in (("--nodes", args.nodes), ("--without-cache-at", args.without_cache_at or "1")):
@@ -292,7 +295,8 @@ def main() -> int:
         parser.error(f"--artifact-mb takes a size of at least 1, not {args.artifact_mb}")
     with tempfile.TemporaryDirectory(prefix="pycli-scale-") as folder:
         artifact = make_artifact(Path(folder), args.artifact_mb) if set(stages) & set(ARTIFACT_STAGES) else Path(folder)
-        runs = measure(sizes, stages, args.ca_bundle, dict(os.environ), artifact, without_cache_at)
+        opt_in = tuple(flag for flag, asked in (("--slurm", args.slurm), ("--monitoring", args.monitoring)) if asked)
+        runs = measure(sizes, stages, args.ca_bundle, dict(os.environ), artifact, without_cache_at, opt_in)
     report(runs, args.artifact_mb)
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in runs], indent=2))
