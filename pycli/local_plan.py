@@ -205,6 +205,9 @@ LOCAL_BED_VARS: dict[str, object] = {
     # Nothing on the bed uses OpenSHMEM or MPI-IO (ROMIO): without them the cold build compiles
     # about 600 fewer of Open MPI's C files.
     "openmpi_configure_extra_flags": ["--disable-oshmem", "--disable-io-romio"],
+    # No CUDA on the bed, ever: said outright, the Open MPI build starts right after the base
+    # system instead of waiting for the GPU stack to say so (site.yml; the flags are the same).
+    "openmpi_with_cuda": False,
     # Slurm (role slurm, with --slurm): containers have no delegated cgroup tree for Slurm's cgroup
     # plugins, and each node runs `slots` ranks on the machine's shared cores.
     "slurm_cgroup": False,
@@ -224,6 +227,7 @@ LOCAL_BED_COMMENTS = {
     "openmpi_with_pmi": ("Test bed: one Open MPI build for clusters with and without Slurm, against Slurm's PMI-2 "
                          "(real inventories: only those with Slurm)."),
     "openmpi_configure_extra_flags": "Test bed: Open MPI without OpenSHMEM and MPI-IO (ROMIO), which nothing here uses.",
+    "openmpi_with_cuda": "Test bed: no CUDA, so the Open MPI build starts before the GPU stack's plays.",
     "slurm_cgroup": ("Test bed: Slurm without its cgroup plugins (no delegated cgroup tree in a container), "
                      "`slots` CPUs per node, slurmd registering with slurm.conf's figures (config_overrides)."),
     "slurm_health_check_interval": "Test bed: Slurm's health check (pycli's node gate) every 20 s, not 5 min.",
