@@ -37,18 +37,39 @@ demo: host venv
 # CI proves the cold path: under CI=true every run starts from an empty, temporary cache and
 # state folder, so it downloads and builds Open MPI and Horovod once (both folders go when the
 # run ends). Locally the warm cache (~/.cache/pycli) stays the default.
+# Every part of `make test` adds rows to one timings folder (tests/timings.py): a row per test
+# (wall, CPU of this machine's processes, the setup a test is the first to need), one per lint
+# tool and molecule scenario. The run ends with the largest entries, even when a part failed.
+TIMINGS ?= runs/test-timings/$(shell date +%Y%m%d-%H%M%S)
+export TIMINGS
+TIMED = $(BIN)/python -m tests.timings run $(TIMINGS)/$(1).tsv $(1) $(2) --
+
 test: host venv
 ifeq ($(CI),true)
 	@cache=$$(mktemp -d /tmp/pycli-ci-cache.XXXXXX) && state=$$(mktemp -d /tmp/pycli-ci-state.XXXXXX) && \
 	trap 'rm -rf "$$cache" "$$state"' EXIT && \
 	echo "make test: CI=true, empty cache $$cache and state $$state" && \
-	PYCLI_CACHE=$$cache PYCLI_STATE=$$state $(MAKE) --no-print-directory test-steps
+	PYCLI_CACHE=$$cache PYCLI_STATE=$$state $(MAKE) --no-print-directory test-steps; \
+	rc=$$?; $(BIN)/python -m tests.timings report $(TIMINGS); exit $$rc
 else
-	@$(MAKE) --no-print-directory test-steps
+	@$(MAKE) --no-print-directory test-steps; rc=$$?; $(BIN)/python -m tests.timings report $(TIMINGS); exit $$rc
 endif
 
-test-steps: lint unit integration molecule
-	@echo "make test: all green (cache $${PYCLI_CACHE:-~/.cache/pycli})"
+# The parts that need no cluster of the integration tests' (molecule, lint, unit) run beside
+# the integration tests' first cluster and its provisioning (on CI: the cold Open MPI and Horovod
+# build), which mostly waits. The integration tests themselves start only once those parts have
+# ended (PYCLI_TEST_AFTER, tests/integration/conftest.py), so no test that times something
+# shares the cores with them. Their output comes after the integration tests'.
+test-steps:
+	@mkdir -p $(TIMINGS) && rm -f $(TIMINGS)/beside.rc
+	@echo "make test: molecule, lint and unit beside the integration tests' first provisioning (their output follows the integration tests')"
+	@($(MAKE) --no-print-directory molecule lint unit >$(TIMINGS)/beside.log 2>&1; echo $$? >$(TIMINGS)/beside.rc) & \
+	PYCLI_TEST_AFTER=$(TIMINGS)/beside.rc $(MAKE) --no-print-directory integration; integration=$$?; \
+	wait; echo "make test: the output of molecule, lint and unit:"; cat $(TIMINGS)/beside.log; \
+	beside=$$(cat $(TIMINGS)/beside.rc 2>/dev/null || echo 1); \
+	if [ "$$integration" -ne 0 ] || [ "$$beside" -ne 0 ]; then \
+		echo "make test: FAILED (integration exit $$integration; molecule, lint and unit exit $$beside)"; exit 1; fi
+	@echo "make test: all green (cache $${PYCLI_CACHE:-~/.cache/pycli}, timings $(TIMINGS))"
 
 host:
 	bash scripts/host-prereqs.sh
@@ -62,21 +83,20 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 lint: venv
-	$(BIN)/ansible-lint
-	$(BIN)/ruff check pycli workloads scripts
-	$(BIN)/mypy
+	$(call TIMED,lint,ansible-lint) $(BIN)/ansible-lint
+	$(call TIMED,lint,ruff) $(BIN)/ruff check pycli workloads scripts
+	$(call TIMED,lint,mypy) $(BIN)/mypy
 
 unit: venv
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q tests/unit --timings $(TIMINGS)/unit.tsv
 
-# --durations: CI's log says where the suite's time goes (it must stay under 50 minutes cold).
+# --durations: CI's log says where the suite's time goes; the timings table has every test.
 integration: venv
-	$(BIN)/pytest -q --durations=0 --durations-min=10 tests/integration
+	$(BIN)/pytest -q --durations=0 --durations-min=10 tests/integration --timings $(TIMINGS)/integration.tsv
 
 molecule: venv
 	@for scenario in default gpu_fixture gpu_adopt; do \
-		start=$$(date +%s); $(BIN)/molecule test -s $$scenario || exit 1; \
-		echo "make test: molecule $$scenario took $$(( $$(date +%s) - start )) s"; \
+		$(call TIMED,molecule,$$scenario) $(BIN)/molecule test -s $$scenario || exit 1; \
 	done
 
 down: venv

@@ -1,6 +1,8 @@
 """Fixtures that need a Docker engine: a real 2-node local cluster reached over SSH."""
 
 import os
+import re
+import time
 from pathlib import Path
 
 import pytest
@@ -49,16 +51,44 @@ def local_cluster(docker_engine, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def provisioned_cluster(local_cluster) -> Path:
-    """The session's cluster after `pycli provision` (site.yml): Open MPI, Horovod, SSH trust.
+def first_provisioning(local_cluster) -> Path:
+    """The run folder of the session's first `pycli provision` (site.yml) of its cluster.
 
-    The first run on a machine builds Open MPI and Horovod (about 25 minutes on 2 cores);
-    later runs unpack them from the cache (PYCLI_CACHE) in a few minutes.
+    With an empty cache (CI) it builds Open MPI and Horovod (10 to 20 minutes on 2 cores);
+    with a warm one it unpacks them from the cache (PYCLI_CACHE) in a few minutes.
     """
     proc = run_pycli("provision", str(local_cluster), timeout=3600)
     if proc.returncode != 0:
         raise AssertionError(f"pycli provision exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+    found = re.search(r"; run folder (\S+)", proc.stdout)  # provisioning's first line
+    assert found, proc.stdout[:2000]
+    return Path(found.group(1))
+
+
+@pytest.fixture(scope="session")
+def provisioned_cluster(local_cluster, first_provisioning) -> Path:
+    """The session's cluster after `pycli provision` (site.yml): Open MPI, Horovod, SSH trust.
+
+    Under `make test` the parts that need no cluster run beside the first provisioning; the
+    tests wait here until they have ended (the file PYCLI_TEST_AFTER names exists), so that no
+    test that times something shares the cores with them.
+    """
+    _wait_for_the_parts_beside()
     return local_cluster
+
+
+def _wait_for_the_parts_beside(limit_s: float = 3600) -> None:
+    marker = os.environ.get("PYCLI_TEST_AFTER")
+    if not marker:
+        return
+    started = time.monotonic()
+    while not Path(marker).exists():
+        if time.monotonic() - started > limit_s:
+            pytest.fail(f"the parts beside the integration tests did not end within {limit_s:.0f} s ({marker})")
+        time.sleep(2)
+    waited = time.monotonic() - started
+    if waited > 1:
+        print(f"\nwaited {waited:.0f} s for molecule, lint and unit to end")
 
 
 @pytest.fixture(scope="session")

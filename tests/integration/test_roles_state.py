@@ -1,7 +1,8 @@
 """What the CPU roles promise about the nodes they leave, checked on the session's provisioned
 cluster: the SSH trust files, the builds' local facts, Horovod with the shipped source patch,
-`playbooks/check.yml` passing, and a node's lost Open MPI put back from the controller cache
-without a build."""
+`playbooks/check.yml` passing, a node's lost Open MPI put back from the controller cache
+without a build, the Open MPI build compiling while other roles run, and a failed build
+failing the run."""
 
 import json
 import os
@@ -86,6 +87,49 @@ def test_a_node_that_lost_open_mpi_gets_it_back_from_the_cache_without_a_build(p
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     changed = changed_tasks(runs)
     assert changed and all(task.startswith("node2: ") for task in changed), changed
-    assert not [task for task in changed if re.search(r"Configure|Compile|Install into the prefix|Pack", task)], changed
+    assert not [task for task in changed if re.search(r"[Cc]onfigure|[Cc]ompile|Install into the prefix|Pack", task)], changed
     code, out = node_run("node2", f"{prefix}/bin/ompi_info", "--version")
     assert code == 0 and f"v{LOCAL_BED_VARS['openmpi_version']}" in out, out
+
+
+def _task_spans(run_folder, host: str) -> list[tuple[str, str, float, float, dict]]:
+    """(play, task, start, end, result) of each task that ran on `host`, from the run's events."""
+    from datetime import datetime
+
+    spans = []
+    for path in run_folder.glob("artifacts/*/job_events/*.json"):
+        event = json.loads(path.read_text())
+        data = event.get("event_data") or {}
+        if event.get("event") in ("runner_on_ok", "runner_on_failed") and data.get("host") == host and data.get("start"):
+            start, end = (datetime.fromisoformat(data[key]).timestamp() for key in ("start", "end"))
+            spans.append((data.get("play"), data.get("task"), start, end, data.get("res") or {}))
+    return spans
+
+
+def test_the_open_mpi_build_compiles_while_the_roles_that_do_not_need_it_run(first_provisioning):
+    spans = _task_spans(first_provisioning, "node1")
+    waits = [res for _, task, _, _, res in spans if task == "Wait for configure, compile and install to end"]
+    if not waits:  # a warm cache: nothing was built in this session's provisioning
+        assert os.environ.get("CI") != "true", "CI starts from an empty cache, so its first provisioning builds Open MPI"
+        pytest.skip("the controller cache had the Open MPI build: nothing compiled in this session")
+    (job,) = waits
+    # The build's own start and end, on the node's clock (the local nodes share this machine's).
+    from datetime import datetime
+
+    build_start, build_end = (datetime.fromisoformat(job[key].replace(" ", "T")).timestamp() for key in ("start", "end"))
+    during = {play for play, _, start, end, _ in spans if build_start < start and end < build_end}
+    # Docker, SSH trust and Horovod's environment ran on the build node while it compiled.
+    assert {"Docker Engine", "SSH trust between the nodes", "Horovod's Python environment"} <= during, (during, job["start"], job["end"])
+
+
+def test_a_build_that_fails_in_the_background_fails_the_run_with_its_own_words(provisioned_cluster, tmp_path):
+    # A compiler that cannot run: configure stops within seconds. Another flag set, so another
+    # artifact and build tree: the cached build stays as it is.
+    proc = run_pycli("provision", str(provisioned_cluster), "--tags", "openmpi",
+                     "-e", '{"openmpi_configure_extra_flags": ["CC=/bin/false"]}',
+                     env={"PYCLI_RUNS": str(tmp_path / "runs")}, timeout=900)
+    assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "node1: Stop on the failed build" in proc.stdout or "did not build here" in proc.stdout, proc.stdout[-4000:]
+    assert "C compiler cannot create executables" in proc.stdout, proc.stdout[-4000:]
+    # node2 waits for that artifact and says why it never came.
+    assert re.search(r"node2: .*did not build", proc.stdout), proc.stdout[-4000:]
