@@ -54,8 +54,9 @@ class Row:
     teardown_s: float = 0.0
 
     def line(self) -> str:
+        entry = " ".join(self.entry.split())  # a tab or newline in a test id would break the row
         figures = (self.wall_s, self.cpu_s, self.setup_s, self.call_s, self.teardown_s)
-        return "\t".join([self.part, self.entry, self.outcome, *(f"{f:.2f}" for f in figures)])
+        return "\t".join([self.part, entry, self.outcome, *(f"{f:.2f}" for f in figures)])
 
     @classmethod
     def parse(cls, line: str) -> Row:
@@ -153,6 +154,10 @@ def _minutes(seconds: float) -> str:
     return f"{int(seconds // 60)} min {int(seconds % 60):02d} s" if seconds >= 60 else f"{seconds:.1f} s"
 
 
+def _short(text: str, width: int = 110) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def report(folder: Path, top: int, markdown: bool) -> str:
     rows = read_rows(folder)
     if not rows:
@@ -166,13 +171,13 @@ def report(folder: Path, top: int, markdown: bool) -> str:
         lines += [f"| {part} | {_minutes(sum(r.wall_s for r in rs))} | {_minutes(sum(r.cpu_s for r in rs))} | {len(rs)} |"
                   for part, rs in parts.items()]
         lines += ["", "| largest entries | wall s | CPU s | setup s |", "|---|---|---|---|"]
-        lines += [f"| {r.part}: `{r.entry}` | {r.wall_s:.1f} | {r.cpu_s:.1f} | {r.setup_s:.1f} |" for r in largest]
+        lines += [f"| {r.part}: `{_short(r.entry)}` | {r.wall_s:.1f} | {r.cpu_s:.1f} | {r.setup_s:.1f} |" for r in largest]
         return "\n".join(lines)
-    width = max(len(f"{r.part}: {r.entry}") for r in largest)
     lines = [f"timings ({folder}): the {len(largest)} largest of {len(rows)} entries",
-             f"{'entry':<{width}}  {'wall s':>8}  {'CPU s':>8}  {'setup s':>8}"]
-    lines += [f"{r.part + ': ' + r.entry:<{width}}  {r.wall_s:8.1f}  {r.cpu_s:8.1f}  {r.setup_s:8.1f}" for r in largest]
-    lines.append("by part: " + ", ".join(f"{part} {_minutes(sum(r.wall_s for r in rs))}" for part, rs in parts.items()))
+             f"{'wall s':>8}  {'CPU s':>8}  {'setup s':>8}  entry"]
+    lines += [f"{r.wall_s:8.1f}  {r.cpu_s:8.1f}  {r.setup_s:8.1f}  {_short(r.part + ': ' + r.entry)}" for r in largest]
+    lines.append("by part (molecule, lint and unit run beside the integration tests): "
+                 + ", ".join(f"{part} {_minutes(sum(r.wall_s for r in rs))}" for part, rs in parts.items()))
     return "\n".join(lines)
 
 
@@ -186,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("argv", nargs=argparse.REMAINDER)
     rep = sub.add_parser("report", help="the largest entries of one make test's tables")
     rep.add_argument("folder", type=Path)
-    rep.add_argument("--top", type=int, default=15)
+    rep.add_argument("--top", type=int, default=20)
     rep.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
     if args.command == "run":

@@ -1,0 +1,62 @@
+"""make test's timings table (tests/timings.py): the pytest plugin, the step runner, the report."""
+
+import subprocess
+import sys
+import textwrap
+
+from tests.conftest import ROOT
+from tests.timings import Row, read_rows, report, run_step, write_rows
+
+SAMPLE = textwrap.dedent("""
+    import time
+    import pytest
+
+    @pytest.fixture(scope="session")
+    def slow_setup():
+        time.sleep(0.3)
+
+    def test_first_pays_the_setup(slow_setup):
+        sum(range(2_000_000))
+
+    def test_second_does_not(slow_setup):
+        pass
+
+    def test_fails():
+        assert False
+""")
+
+
+def test_the_plugin_writes_a_row_per_test_with_its_setup_call_and_outcome(tmp_path):
+    (tmp_path / "test_sample.py").write_text(SAMPLE)
+    table = tmp_path / "timings" / "part.tsv"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+                           "-p", "tests.timings", str(tmp_path / "test_sample.py"), "--timings", str(table)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # one test fails
+    rows = {row.entry.rsplit("::", 1)[1]: row for row in read_rows(table.parent)}
+    assert set(rows) == {"test_first_pays_the_setup", "test_second_does_not", "test_fails"}
+    first, second = rows["test_first_pays_the_setup"], rows["test_second_does_not"]
+    assert first.part == "part" and first.setup_s >= 0.3 > second.setup_s
+    assert first.wall_s >= first.setup_s + first.call_s and first.cpu_s > 0
+    assert rows["test_fails"].outcome == "failed" and first.outcome == "passed"
+
+
+def test_a_step_that_is_not_pytest_gets_its_row_and_keeps_its_exit_code(tmp_path):
+    table = tmp_path / "lint.tsv"
+    assert run_step(table, "lint", "ok", [sys.executable, "-c", "pass"]) == 0
+    assert run_step(table, "lint", "broken", [sys.executable, "-c", "raise SystemExit(3)"]) == 3
+    rows = read_rows(tmp_path)
+    assert [(r.entry, r.outcome) for r in rows] == [("ok", "passed"), ("broken", "failed")]
+    assert all(r.wall_s > 0 and r.call_s == r.wall_s for r in rows)
+
+
+def test_the_report_puts_the_largest_first_and_sums_each_part(tmp_path):
+    write_rows(tmp_path / "unit.tsv", [Row("unit", "a", wall_s=1.0), Row("unit", "b", wall_s=90.0, setup_s=80.0)])
+    write_rows(tmp_path / "molecule.tsv", [Row("molecule", "gpu\tfixture", wall_s=30.0)])
+    text = report(tmp_path, top=2, markdown=False)
+    lines = text.splitlines()
+    assert lines[0].endswith("the 2 largest of 3 entries")
+    assert lines[2].split() == ["90.0", "0.0", "80.0", "unit:", "b"]
+    assert lines[3].endswith("molecule: gpu fixture")  # a tab in an id cannot break the table
+    assert "unit 1 min 31 s" in lines[-1] and "molecule 30.0 s" in lines[-1]
+    assert "| unit | 1 min 31 s |" in report(tmp_path, top=2, markdown=True)
