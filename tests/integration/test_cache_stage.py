@@ -30,6 +30,12 @@ def changed_tasks(runs: Path) -> list[str]:
     return found
 
 
+def _ok_events(runs: Path) -> list[dict]:
+    """The event data of every task that ended ok, over every run folder in `runs`."""
+    events = (json.loads(path.read_text()) for path in sorted(runs.rglob("job_events/*.json")))
+    return [event.get("event_data") or {} for event in events if event.get("event") == "runner_on_ok"]
+
+
 def fetch(inventory: Path, cache: Path, runs: Path) -> subprocess.CompletedProcess:
     return run_pycli("fetch", str(inventory), env={"PYCLI_CACHE": str(cache), "PYCLI_RUNS": str(runs)}, timeout=900)
 
@@ -92,8 +98,10 @@ def test_export_import_then_offline_provisioning(provisioned_cluster, tmp_path):
 
 def test_a_failed_build_is_named_on_every_node(provisioned_cluster, tmp_path):
     # Configure fails on the build node (node1); node2 must say so, not that a file is missing.
+    # With openmpi_with_cuda auto and no CUDA on the nodes, the build starts after the GPU
+    # stack (a real inventory's default), not in the early start the local bed's false allows.
     flags = tmp_path / "bad-flags.yml"
-    flags.write_text('openmpi_configure_flags: ["--with-hwloc=/nonexistent/hwloc"]\n')
+    flags.write_text('openmpi_configure_flags: ["--with-hwloc=/nonexistent/hwloc"]\nopenmpi_with_cuda: auto\n')
     proc = run_pycli(
         "provision", str(provisioned_cluster), "--tags", "openmpi", "-e", f"@{flags}",
         env={"PYCLI_RUNS": str(tmp_path)}, timeout=1800,
@@ -106,6 +114,9 @@ def test_a_failed_build_is_named_on_every_node(provisioned_cluster, tmp_path):
     assert re.search(rf"node2: [^\n]*Open MPI 4\.1\.4 \(openmpi-[^)]+\) was to be built on node1, which failed: {wait}",
                      proc.stdout), proc.stdout[-4000:]
     assert "Unable to access" not in proc.stdout
+    started = [(data["play"], data["host"]) for data in _ok_events(tmp_path)
+               if data.get("task") == "Start configure, compile and install in the background (several minutes)"]
+    assert started == [("Start the Open MPI build on the other nodes", "node1")], started
 
 
 def _site_without_inventory() -> subprocess.CompletedProcess:
