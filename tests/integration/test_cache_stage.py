@@ -19,21 +19,15 @@ pytestmark = pytest.mark.integration
 OPENMPI_SOURCE = "openmpi_4.1.4.orig.tar.xz"  # the test bed's source (pycli/local_plan.py)
 
 
-def changed_tasks(runs: Path) -> list[str]:
-    """'host: task' for every task that reported a change, over every run folder in `runs`."""
-    found = []
-    for path in sorted(runs.rglob("job_events/*.json")):
-        event = json.loads(path.read_text())
-        data = event.get("event_data") or {}
-        if event.get("event") == "runner_on_ok" and (data.get("res") or {}).get("changed"):
-            found.append(f"{data.get('host')}: {data.get('task')}")
-    return found
-
-
-def _ok_events(runs: Path) -> list[dict]:
-    """The event data of every task that ended ok, over every run folder in `runs`."""
+def ok_events(runs: Path) -> list[dict]:
+    """The event data of every task that ended ok, over every run folder in `runs` (or one run folder)."""
     events = (json.loads(path.read_text()) for path in sorted(runs.rglob("job_events/*.json")))
     return [event.get("event_data") or {} for event in events if event.get("event") == "runner_on_ok"]
+
+
+def changed_tasks(runs: Path) -> list[str]:
+    """'host: task' for every task that reported a change, over every run folder in `runs`."""
+    return [f"{data.get('host')}: {data.get('task')}" for data in ok_events(runs) if (data.get("res") or {}).get("changed")]
 
 
 def fetch(inventory: Path, cache: Path, runs: Path) -> subprocess.CompletedProcess:
@@ -114,7 +108,7 @@ def test_a_failed_build_is_named_on_every_node(provisioned_cluster, tmp_path):
     assert re.search(rf"node2: [^\n]*Open MPI 4\.1\.4 \(openmpi-[^)]+\) was to be built on node1, which failed: {wait}",
                      proc.stdout), proc.stdout[-4000:]
     assert "Unable to access" not in proc.stdout
-    started = [(data["play"], data["host"]) for data in _ok_events(tmp_path)
+    started = [(data["play"], data["host"]) for data in ok_events(tmp_path)
                if data.get("task") == "Start configure, compile and install in the background (several minutes)"]
     assert started == [("Start the Open MPI build on the other nodes", "node1")], started
 

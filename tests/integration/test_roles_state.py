@@ -1,8 +1,8 @@
 """What the CPU roles promise about the nodes they leave, checked on the session's provisioned
 cluster: the SSH trust files, the builds' local facts, Horovod with the shipped source patch,
 `playbooks/check.yml` passing, a node's lost Open MPI put back from the controller cache
-without a build, the Open MPI build compiling while other roles run, and a failed build
-failing the run."""
+without a build, and the Open MPI build compiling while the roles that do not need it run (a
+failed build: test_cache_stage.py)."""
 
 import json
 import os
@@ -17,7 +17,7 @@ import yaml
 from pycli.local_plan import LOCAL_BED_VARS
 from tests.conftest import ROOT, run_pycli
 from tests.integration.conftest import CLUSTER
-from tests.integration.test_cache_stage import changed_tasks
+from tests.integration.test_cache_stage import changed_tasks, ok_events
 from tests.integration.test_node_down import _address
 from tests.integration.test_slurm import node_run
 
@@ -94,15 +94,9 @@ def test_a_node_that_lost_open_mpi_gets_it_back_from_the_cache_without_a_build(p
 
 
 def _task_spans(run_folder, host: str) -> list[tuple[str, str, float, float, dict]]:
-    """(play, task, start, end, result) of each task that ran on `host`, from the run's events."""
-    spans = []
-    for path in run_folder.glob("artifacts/*/job_events/*.json"):
-        event = json.loads(path.read_text())
-        data = event.get("event_data") or {}
-        if event.get("event") in ("runner_on_ok", "runner_on_failed") and data.get("host") == host and data.get("start"):
-            start, end = (datetime.fromisoformat(data[key]).timestamp() for key in ("start", "end"))
-            spans.append((data.get("play"), data.get("task"), start, end, data.get("res") or {}))
-    return spans
+    """(play, task, start, end, result) of each task that ended ok on `host`, from the run's events."""
+    return [(data.get("play"), data.get("task"), *(datetime.fromisoformat(data[key]).timestamp() for key in ("start", "end")),
+             data.get("res") or {}) for data in ok_events(run_folder) if data.get("host") == host and data.get("start")]
 
 
 def test_the_open_mpi_build_compiles_while_the_roles_that_do_not_need_it_run(first_provisioning):
