@@ -20,6 +20,7 @@ import subprocess
 import tarfile
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,6 +60,8 @@ LABEL_CLUSTER = "io.pycli.cluster"
 LABEL_NODE = "io.pycli.node"
 LABEL_INVENTORY = "io.pycli.inventory"
 BOOT_TIMEOUT_S = 120
+# Nodes `cluster down` removes at once (within the Docker client's pool of 10 connections).
+REMOVE_AT_ONCE = 8
 
 
 @contextlib.contextmanager
@@ -315,13 +318,16 @@ def _create(client, plan: ClusterPlan, tag: str, secrets: Path, inventory: Path,
 def _remove(client: docker.DockerClient, name: str, inventory: Path | None, secrets: Path | None) -> list[str]:
     from docker.errors import APIError, NotFound
 
-    removed = []
-    for container in _cluster_containers(client, name):
+    containers = _cluster_containers(client, name)
+    for container in containers:
         recorded = container.labels.get(LABEL_INVENTORY)
         if recorded and inventory is None:
             inventory = Path(recorded)
-        container.remove(force=True, v=True)
-        removed.append(container.name)
+    # Side by side: the engine spends most of a node's removal deleting its files (the node's
+    # own Docker storage included), and one after another a 64-node cluster took minutes.
+    with ThreadPoolExecutor(max_workers=REMOVE_AT_ONCE) as pool:
+        list(pool.map(lambda container: container.remove(force=True, v=True), containers))
+    removed = [container.name for container in containers]
     for net in client.networks.list(filters={"label": f"{LABEL_CLUSTER}={name}"}):
         try:
             net.remove()
