@@ -21,7 +21,10 @@ def _local_inventory(tmp_path):
 
 
 def _sleepers(marker: str) -> str:
-    return subprocess.run(["pgrep", "-af", f"[s]leep {marker}"], capture_output=True, text=True).stdout
+    """The `sleep MARKER` processes the task started. Anchored: Ansible's own command line holds
+    `-a sleep MARKER` too, and a match on it cancelled the run while Ansible was still starting
+    its worker, which then ran the sleep unseen (a failure seen beside a cold build)."""
+    return subprocess.run(["pgrep", "-af", f"^sleep {marker}$"], capture_output=True, text=True).stdout
 
 
 def test_ctrl_c_cancels_the_run_and_raises_keyboard_interrupt(tmp_path):
