@@ -8,6 +8,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PYCLI = [sys.executable, "-m", "pycli"]
+# The venv's ansible-playbook, as the README's activated venv has it.
+ANSIBLE_PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 # Every test cluster trusts this machine's CA bundle (pip behind a TLS-intercepting proxy),
 # and all share one node image.
 TEST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
@@ -52,7 +54,7 @@ def run_tasks_locally(tasks: list[dict], extravars: dict, cwd: Path) -> list[dic
     extra = {"ansible_python_interpreter": sys.executable, **extravars}
     env = {**os.environ, "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"}
     proc = subprocess.run(
-        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "-c", "local",
+        [ANSIBLE_PLAYBOOK, "-i", "localhost,", "-c", "local",
          "-e", json.dumps(extra), str(playbook)],
         capture_output=True, text=True, cwd=cwd, env=env, timeout=120,
     )

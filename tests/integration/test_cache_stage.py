@@ -9,14 +9,13 @@ import json
 import os
 import re
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from pycli.cache import sha256_of
-from tests.conftest import ROOT, run_pycli
+from tests.conftest import ANSIBLE_PLAYBOOK, ROOT, run_pycli
 
 pytestmark = pytest.mark.integration
 OPENMPI_SOURCE = "openmpi_4.1.4.orig.tar.xz"  # the test bed's source (pycli/local_plan.py)
@@ -122,8 +121,7 @@ DEFAULT_INVENTORY = ROOT / "inventory" / "local-local.ini"
 def _site(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "ANSIBLE_HOST_KEY_CHECKING": "True"}
     env.pop("ANSIBLE_INVENTORY", None)
-    playbook = Path(sys.executable).parent / "ansible-playbook"  # the venv's, as the README's activated venv has it
-    return subprocess.run([str(playbook), *args, "playbooks/site.yml"], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([ANSIBLE_PLAYBOOK, *args, "playbooks/site.yml"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=1800)
 
 

@@ -96,12 +96,12 @@ def monitored(provisioned_cluster, tmp_path_factory):
 def test_prometheus_scrapes_both_nodes_and_a_second_run_changes_nothing(monitored):
     # The role waits for the nodes' exporters; Prometheus's first scrape of itself and of
     # Alertmanager may come up to one interval after it (each target has its own offset).
-    expected = {("node", "node1"): "1", ("node", "node2"): "1", ("prometheus", "node1"): "1", ("alertmanager", "node1"): "1"}
+    all_up = {("node", "node1"): "1", ("node", "node2"): "1", ("prometheus", "node1"): "1", ("alertmanager", "node1"): "1"}
     deadline = time.monotonic() + 3 * INTERVAL_S
     while (targets := {(r["metric"]["job"], r["metric"]["node"]): r["value"][1]
-                       for r in prometheus(monitored, "up")}) != expected and time.monotonic() < deadline:
+                       for r in prometheus(monitored, "up")}) != all_up and time.monotonic() < deadline:
         time.sleep(1)
-    assert targets == expected, targets
+    assert targets == all_up, targets
     memory = {r["metric"]["node"]: float(r["value"][1]) for r in prometheus(monitored, "node_memory_MemTotal_bytes")}
     assert set(memory) == {"node1", "node2"} and all(value > 0 for value in memory.values())
     expected = {r["metric"]["node"]: r["value"][1] for r in prometheus(monitored, "pycli_node_gpus_expected")}

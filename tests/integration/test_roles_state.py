@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from pycli.local_plan import LOCAL_BED_VARS
-from tests.conftest import ROOT, run_pycli
+from tests.conftest import ANSIBLE_PLAYBOOK, ROOT, run_pycli
 from tests.integration.conftest import CLUSTER
 from tests.integration.test_cache_stage import changed_tasks, ok_events
 from tests.integration.test_node_down import _address
@@ -70,7 +70,7 @@ def test_playbooks_check_yml_runs_pycli_s_gates(provisioned_cluster, tmp_path):
     """The playbook for those who drive the cluster with ansible-playbook; `pycli check` itself
     is tested gate by gate (test_bench_check.py), so one controller is enough here."""
     proc = subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(provisioned_cluster), "playbooks/check.yml",
+        [ANSIBLE_PLAYBOOK, "-i", str(provisioned_cluster), "playbooks/check.yml",
          "-e", '{"check_controllers": ["mpi"]}'],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
         env={**os.environ, "PYCLI_RUNS": str(tmp_path / "runs")},

@@ -11,7 +11,7 @@ import docker
 import pytest
 
 from pycli.local_cluster import LABEL_CLUSTER
-from tests.conftest import ROOT, run_pycli
+from tests.conftest import ANSIBLE_PLAYBOOK, ROOT, run_pycli
 from tests.integration.conftest import CLUSTER
 from tests.integration.test_train import FAST, interrupt_a_running_job, records, results_of, train
 
@@ -36,7 +36,7 @@ def job_containers():
 @pytest.fixture(scope="module")
 def job_image(provisioned_cluster):
     proc = subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(provisioned_cluster), "tests/fixtures/job_image.yml"],
+        [ANSIBLE_PLAYBOOK, "-i", str(provisioned_cluster), "tests/fixtures/job_image.yml"],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -117,7 +117,7 @@ def test_the_docker_role_gives_containers_1g_of_shared_memory_ipc_host_and_its_u
     on_nodes("useradd", "--no-create-home", user)
     try:
         proc = subprocess.run(
-            [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(provisioned_cluster), "playbooks/site.yml",
+            [ANSIBLE_PLAYBOOK, "-i", str(provisioned_cluster), "playbooks/site.yml",
              "--tags", "docker_config", "--limit", "node2", "-e", json.dumps({"docker_users": [user]})],
             cwd=ROOT, capture_output=True, text=True, timeout=600,
         )
