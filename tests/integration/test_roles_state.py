@@ -113,4 +113,11 @@ def test_the_open_mpi_build_compiles_while_the_roles_that_do_not_need_it_run(fir
     during = {play for play, _, start, end, _ in spans if build_start < start and end < build_end}
     # Docker, SSH trust and Horovod's environment ran on the build node while it compiled.
     assert {"Docker Engine", "SSH trust between the nodes", "Horovod's Python environment"} <= during, (during, marks)
+    # The Horovod wheel links Open MPI: it started building on the build node once Open MPI was
+    # in there, and Open MPI was passed on to node2 while it compiled.
+    ends = {task: end for _, task, _, end, _ in spans}
+    wheel_started = ends["Start the wheel's build in the background (several minutes)"]
+    wheel_built = ends["Wait for the wheel's build to end"]
+    unpacked = [start for _, task, start, _, _ in _task_spans(first_provisioning, "node2") if task == "Unpack the prefix"]
+    assert len(unpacked) == 1 and build_end < wheel_started < unpacked[0] < wheel_built, (marks, wheel_started, unpacked)
 
