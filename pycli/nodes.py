@@ -177,32 +177,61 @@ def _through_dead_connection(host: Host, rc: int | None) -> bool:
     return (rc == SSH_FAILED or (rc or 0) < 0) and close_shared_connection(host) and rc == SSH_FAILED
 
 
+def _start(host: Host, argv: list[str], **popen) -> subprocess.Popen:
+    """A node command started here. A local host's is a process group of its own, so that ending
+    it (_end) ends what it started too: a child that holds the output pipe open would otherwise
+    keep the answer back past any timeout. Over ssh, ending ssh ends the remote side."""
+    return subprocess.Popen(argv, start_new_session=host.local, **popen)
+
+
+def _end(host: Host, proc: subprocess.Popen) -> None:
+    """Kill a command _start started (a local host's whole group)."""
+    if host.local:
+        signal_group(proc.pid, signal.SIGKILL)
+    if proc.poll() is None:
+        proc.kill()
+
+
+def signal_group(pid: int, signum: int) -> None:
+    """`signum` to every process of the group `pid` leads (the leader may have ended already)."""
+    try:
+        os.killpg(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is gone
+
+
 def _ssh_all(commands: Sequence[tuple[Host, str]], timeout_s: float, shared: bool,
              stdin: bytes | None) -> dict[str, NodeOutput]:
-    started = {}
-    for host, command in commands:
-        argv = node_argv(host, command, tty=not shared and stdin is None, shared=shared)
-        started[host.name] = subprocess.Popen(argv, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    started: dict[str, tuple[Host, subprocess.Popen]] = {}
     answers: dict[str, NodeOutput] = {}
 
-    def finish(name: str, proc: subprocess.Popen) -> None:
+    def finish(name: str, host: Host, proc: subprocess.Popen) -> None:
         try:
             out, err = proc.communicate(stdin, timeout=timeout_s)
             why_not = b""
         except subprocess.TimeoutExpired:
-            proc.kill()
+            _end(host, proc)
             out, err = proc.communicate()
             why_not = f"\nno answer within {timeout_s:g} s".encode()
         answers[name] = NodeOutput(name, proc.returncode, _text(out), _text(err + why_not))
 
-    # Every command gets its stdin and is waited for at once: commands that wait for each other
-    # (the two ranks of a pair's allreduce) would each block the other's stdin, one at a time.
-    waiting = [threading.Thread(target=finish, args=item, daemon=True) for item in started.items()]
-    for thread in waiting:
-        thread.start()
-    for thread in waiting:
-        thread.join()
+    try:
+        for host, command in commands:
+            argv = node_argv(host, command, tty=not shared and stdin is None, shared=shared)
+            started[host.name] = host, _start(host, argv, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # Every command gets its stdin and is waited for at once: commands that wait for each other
+        # (the two ranks of a pair's allreduce) would each block the other's stdin, one at a time.
+        waiting = [threading.Thread(target=finish, args=(name, *item), daemon=True) for name, item in started.items()]
+        for thread in waiting:
+            thread.start()
+        for thread in waiting:
+            thread.join()
+    except BaseException:
+        # Ctrl-C reaches ssh here, not a local host's group of its own: that ends with pycli too.
+        for host, proc in started.values():
+            _end(host, proc)
+        raise
     return {name: answers[name] for name in started}
 
 
@@ -230,40 +259,50 @@ def ssh_stream(host: Host, command: str, *, send: Callable[[IO[bytes]], None] | 
 def _stream_once(host: Host, command: str, send: Callable[[IO[bytes]], None] | None,
                  receive: Callable[[IO[bytes]], None] | None, timeout_s: float) -> NodeOutput:
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(node_argv(host, command, tty=False, shared=True),
-                                stdin=subprocess.DEVNULL if send is None else subprocess.PIPE,
-                                stdout=out if receive is None else subprocess.PIPE, stderr=err)
-        broken = ""
+        proc = _start(host, node_argv(host, command, tty=False, shared=True),
+                      stdin=subprocess.DEVNULL if send is None else subprocess.PIPE,
+                      stdout=out if receive is None else subprocess.PIPE, stderr=err)
         try:
-            if send is not None:
-                assert proc.stdin is not None
-                with proc.stdin:
-                    send(proc.stdin)
-            if receive is not None:
-                assert proc.stdout is not None
-                with proc.stdout:
-                    receive(proc.stdout)
-                    # A reader may stop at the end of what it wants (a tar archive's end marker)
-                    # before the sender has written its last bytes (tar's record padding). ssh
-                    # takes those itself; a local host's sender writes into this pipe and would
-                    # die of SIGPIPE (exit 141) if it were closed first.
-                    while proc.stdout.read(2**16):
-                        pass
-        except Exception as error:  # any reason the stream stopped is part of the answer
-            broken = f"\nthe stream broke off: {error}"
-            if receive is not None:
-                proc.kill()  # nothing reads what it sends now; a node that stopped reading says why itself
-        try:
-            code = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.wait()
-            broken += f"\nno answer within {timeout_s:g} s"
-        out.seek(0)
-        err.seek(0)
-        if broken and code == 0:
-            code = 1  # ssh ended well, but what it carried did not
-        return NodeOutput(host.name, code, _text(out.read()), _text(err.read()) + broken)
+            return _stream_answer(host, proc, send, receive, timeout_s, out, err)
+        except BaseException:
+            _end(host, proc)  # Ctrl-C: a local host's group of its own ends with pycli too
+            raise
+
+
+def _stream_answer(host: Host, proc: subprocess.Popen, send: Callable[[IO[bytes]], None] | None,
+                   receive: Callable[[IO[bytes]], None] | None, timeout_s: float, out: IO[bytes],
+                   err: IO[bytes]) -> NodeOutput:
+    broken = ""
+    try:
+        if send is not None:
+            assert proc.stdin is not None
+            with proc.stdin:
+                send(proc.stdin)
+        if receive is not None:
+            assert proc.stdout is not None
+            with proc.stdout:
+                receive(proc.stdout)
+                # A reader may stop at the end of what it wants (a tar archive's end marker)
+                # before the sender has written its last bytes (tar's record padding). ssh
+                # takes those itself; a local host's sender writes into this pipe and would
+                # die of SIGPIPE (exit 141) if it were closed first.
+                while proc.stdout.read(2**16):
+                    pass
+    except Exception as error:  # any reason the stream stopped is part of the answer
+        broken = f"\nthe stream broke off: {error}"
+        if receive is not None:
+            _end(host, proc)  # nothing reads what it sends now; a node that stopped reading says why itself
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _end(host, proc)
+        code = proc.wait()
+        broken += f"\nno answer within {timeout_s:g} s"
+    out.seek(0)
+    err.seek(0)
+    if broken and code == 0:
+        code = 1  # ssh ended well, but what it carried did not
+    return NodeOutput(host.name, code, _text(out.read()), _text(err.read()) + broken)
 
 
 def close_shared_connection(host: Host) -> bool:
@@ -336,8 +375,4 @@ class RemoteProcess:
             self.proc.kill()
 
     def _signal_group(self, signum: int) -> None:
-        """`signum` to every process of the local command's group (its leader may have ended already)."""
-        try:
-            os.killpg(self.proc.pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass  # the group is gone
+        signal_group(self.proc.pid, signum)

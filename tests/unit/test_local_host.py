@@ -124,6 +124,20 @@ def test_a_reader_that_stops_early_does_not_kill_a_local_sender_with_sigpipe():
     assert answer.ok, answer
 
 
+def test_a_local_hosts_hung_command_ends_at_its_timeout_with_what_it_started(tmp_path):
+    # bash's child holds the output pipe: killing bash alone left the answer waiting for the child.
+    pid_file = tmp_path / "child"
+    started = time.monotonic()
+    answers = ssh_each([(HERE, f"sleep 300 & echo $! > {shlex.quote(str(pid_file))}; wait")], timeout_s=1)
+    answer = answers[LOCAL_HOST_NAME]
+    assert time.monotonic() - started < 20 and not answer.ok and "no answer within 1 s" in answer.stderr, answer
+    assert _wait_gone(int(pid_file.read_text()))
+    started = time.monotonic()
+    stream = nodes.ssh_stream(HERE, f"sleep 300 & echo $! > {shlex.quote(str(pid_file))}; wait", timeout_s=1)
+    assert time.monotonic() - started < 20 and not stream.ok and "no answer within 1 s" in stream.stderr, stream
+    assert _wait_gone(int(pid_file.read_text()))
+
+
 def _gone(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
