@@ -8,7 +8,8 @@
 #                        [--build-timeout S]
 #
 # --carry: the folder scripts/gpu-verify-prepare.sh made (default gpu-carry/ in the repository).
-# --work: scratch space (default /tmp/pycli-gpu-verify, made anew). --out: where the table,
+# --work: scratch space (default a new private folder under $TMPDIR or /tmp; a folder given here
+# must be new, or one an earlier run made, which is made anew). --out: where the table,
 # the JSON and the machine's real nvidia-smi / kernel log / driver version go (default
 # WORK/out). --python: the Python that has torch (default: python3 on PATH). --budget: start no
 # step after S seconds (the table is still written). --build-timeout: seconds the Horovod build
@@ -18,7 +19,7 @@ set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CARRY=$ROOT/gpu-carry
-WORK=/tmp/pycli-gpu-verify
+WORK=
 PY=python3
 ARGS=()
 while [ $# -gt 0 ]; do
@@ -28,18 +29,31 @@ while [ $# -gt 0 ]; do
     --python) PY=${2:?}; shift 2 ;;
     --out|--budget|--build-timeout) ARGS+=("$1" "${2:?}"); shift 2 ;;
     --no-horovod) ARGS+=("$1"); shift ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-verify: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+# Scratch space is removed and made anew: never a path someone else made first (a shared /tmp),
+# a link, or a folder of the user's own that no earlier run of this script made.
+MARK=.pycli-gpu-verify
+if [ -n "$WORK" ] && { [ -e "$WORK" ] || [ -L "$WORK" ]; } &&
+   { [ -L "$WORK" ] || [ ! -d "$WORK" ] || [ ! -O "$WORK" ] || [ ! -e "$WORK/$MARK" ]; }; then
+  echo "gpu-verify: --work $WORK exists and is not a folder an earlier run of yours made: give a new path" >&2; exit 2
+fi
 command -v "$PY" >/dev/null || { echo "gpu-verify: no $PY: give the Python that has torch with --python" >&2; exit 2; }
 "$PY" -c 'import torch' 2>/dev/null || { echo "gpu-verify: $PY has no torch: give the Python that has it with --python" >&2; exit 2; }
 [ -d "$CARRY/wheels" ] || { echo "gpu-verify: $CARRY has no wheels/: run scripts/gpu-verify-prepare.sh on a machine with PyPI first" >&2; exit 2; }
 
 # A venv of its own over the machine's Python: it sees that Python's packages (torch) through
 # a .pth file, and Ansible, ansible-runner and pycli's dependencies go into it alone.
-rm -rf "$WORK"
-mkdir -p "$WORK"
+if [ -z "$WORK" ]; then
+  WORK=$(mktemp -d "${TMPDIR:-/tmp}/pycli-gpu-verify.XXXXXX") || { echo "gpu-verify: could not make a scratch folder" >&2; exit 1; }
+else
+  rm -rf "$WORK"
+  mkdir -p "$(dirname "$WORK")" && mkdir -m 700 "$WORK" || { echo "gpu-verify: could not make $WORK" >&2; exit 1; }
+fi
+touch "$WORK/$MARK"
+echo "gpu-verify: scratch space $WORK"
 VENV=$WORK/venv
 # No pip of its own (a system Python may lack ensurepip): the machine Python's pip, seen through
 # the .pth file, installs into this venv.

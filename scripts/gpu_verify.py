@@ -241,7 +241,7 @@ def build_horovod(ctx: Context) -> Step:
     with tarfile.open(sdist) as archive:
         archive.extractall(ctx.work, filter="data")
     (ctx.work / f"horovod-{version}").rename(tree)
-    for name in ("CMakeLists.txt", "horovod/torch/CMakeLists.txt"):  # torch >= 2.1 needs C++17 (role: build.yml)
+    for name in ("CMakeLists.txt", "horovod/torch/CMakeLists.txt"):  # torch >= 2.1 needs C++17 (role: build_start.yml)
         path = tree / name
         path.write_text(path.read_text().replace("set(CMAKE_CXX_STANDARD 14)", "set(CMAKE_CXX_STANDARD 17)"))
     for patch in defaults["horovod_source_patches"]:

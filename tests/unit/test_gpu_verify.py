@@ -46,9 +46,9 @@ def test_a_failure_is_said_with_its_most_telling_line():
 
 
 def _role_build_keys() -> set[str]:
-    """Every variable the horovod role's build sets (its preflight's env, its build task's)."""
+    """Every variable the horovod role's build sets (its preflight's env, its build start's)."""
     preflight = (ROOT / "roles" / "horovod" / "tasks" / "preflight.yml").read_text()
-    build = (ROOT / "roles" / "horovod" / "tasks" / "build.yml").read_text()
+    build = (ROOT / "roles" / "horovod" / "tasks" / "build_start.yml").read_text()
     return set(re.findall(r"'((?:HOROVOD|CMAKE)_[A-Z_]+)'", preflight + build)) | {"MAKEFLAGS"}
 
 
@@ -77,7 +77,7 @@ def test_the_role_patch_and_cxx17_line_the_build_applies_are_the_roles():
     defaults = gv.horovod_defaults()
     for patch in defaults["horovod_source_patches"]:
         assert (ROOT / "roles" / "horovod" / "files" / patch).is_file()
-    build = (ROOT / "roles" / "horovod" / "tasks" / "build.yml").read_text()
+    build = (ROOT / "roles" / "horovod" / "tasks" / "build_start.yml").read_text()
     assert r"set\(CMAKE_CXX_STANDARD 14\)" in build and "set(CMAKE_CXX_STANDARD 17)" in build
 
 
@@ -101,6 +101,22 @@ def test_bad_arguments_get_one_line_and_exit_2(args, tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert done.stderr.startswith("gpu-verify: ")
+
+
+@pytest.mark.parametrize("kind", ["folder", "link"])
+def test_a_work_folder_no_earlier_run_made_is_refused_and_left_as_it_is(kind, tmp_path):
+    # It is removed and made anew: a folder someone else made first (a shared /tmp), a link, or
+    # one of the user's own that holds other things must never be.
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "keep").write_text("mine")
+    work = theirs if kind == "folder" else tmp_path / "link"
+    if kind == "link":
+        work.symlink_to(theirs)
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-verify.sh"), "--work", str(work)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(f"gpu-verify: --work {work} exists") and (theirs / "keep").read_text() == "mine"
 
 
 def test_the_prepare_script_refuses_a_python_ansible_cannot_run_on():
