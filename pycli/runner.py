@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -264,21 +265,35 @@ def collect_host_event(hosts: dict[str, HostResult], event: Mapping[str, object]
 # How long Ansible gets to end its workers after SIGINT before ansible-runner SIGKILLs it.
 CANCEL_GRACE_S = 15
 
+# Set in Ansible's environment to a value of each run's own: every process the run starts on
+# this machine (Ansible, its workers, what they run) carries it, even once it has lost its
+# parent, so a cancelled run can find what Ansible left behind.
+RUN_MARK = "PYCLI_RUN_MARK"
 
-def _ansible_children() -> list[int]:
-    """This process's children that run Ansible (ansible-runner starts one per run)."""
+
+def _processes() -> list[tuple[int, int, bytes, bytes]]:
+    """This machine's processes as (pid, ppid, cmdline, environ); those that end while read are left out."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmdline = (entry / "cmdline").read_bytes()
+            found.append((int(entry.name), ppid, (entry / "cmdline").read_bytes(), (entry / "environ").read_bytes()))
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == os.getpid() and b"ansible" in cmdline:
-            found.append(int(entry.name))
     return found
+
+
+def _ansible_children() -> list[int]:
+    """This process's children that run Ansible (ansible-runner starts one per run)."""
+    return [pid for pid, ppid, cmdline, _ in _processes() if ppid == os.getpid() and b"ansible" in cmdline]
+
+
+def _marked(mark: str) -> list[int]:
+    """The processes whose environment holds RUN_MARK=`mark`."""
+    entry = f"{RUN_MARK}={mark}".encode()
+    return [pid for pid, _, _, environ in _processes() if entry in environ.split(b"\0") and pid != os.getpid()]
 
 
 class _Cancel:
@@ -286,10 +301,13 @@ class _Cancel:
 
     ansible-runner cancels by SIGKILL to Ansible's process group, but Ansible's workers run in
     sessions of their own and would finish their tasks unseen. SIGINT first: Ansible ends its
-    workers and what they started; SIGKILL only after CANCEL_GRACE_S."""
+    workers and what they started; SIGKILL only after CANCEL_GRACE_S. Once Ansible has ended,
+    `sweep` kills what it left behind all the same (it was killed, or the SIGINT never reached
+    its workers): a cancelled run leaves nothing running on this machine."""
 
-    def __init__(self, wanted: Callable[[], bool]) -> None:
+    def __init__(self, wanted: Callable[[], bool], mark: str) -> None:
         self.wanted = wanted
+        self.mark = mark
         self.since: float | None = None
 
     def __call__(self) -> bool:
@@ -303,6 +321,15 @@ class _Cancel:
                 except ProcessLookupError:
                     pass
         return time.monotonic() - self.since > CANCEL_GRACE_S
+
+    def sweep(self) -> None:
+        if self.since is None:
+            return
+        for pid in _marked(self.mark):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def run(
@@ -334,7 +361,7 @@ def run(
     if own_sigint:
         previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
         cancel = interrupted.is_set
-    stop = _Cancel(cancel) if cancel is not None else None
+    stop = _Cancel(cancel, mark=uuid.uuid4().hex) if cancel is not None else None
     extravars_file = env_file = None
     if request.extravars:
         fd, name = tempfile.mkstemp(prefix="pycli-extravars-", suffix=".json")  # 0600
@@ -348,7 +375,13 @@ def run(
         # preparing and running.
         outcome.config.command, outcome.config.env, env_file = _hide_credentials(
             outcome.config.command, confine_env(outcome.config.env))
-        outcome.run()
+        if stop is not None:
+            outcome.config.env[RUN_MARK] = stop.mark
+        try:
+            outcome.run()
+        finally:
+            if stop is not None:
+                stop.sweep()
     finally:
         if own_sigint:
             signal.signal(signal.SIGINT, previous)
