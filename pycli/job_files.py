@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from pycli import job_trust
 from pycli.cluster_model import Host
 from pycli.errors import BadInput, PycliError, Unreachable, warn
 from pycli.launch_lines import AUTOTUNE_LOG, METRICS_FILE, JobPlan, stray_sweep_line
@@ -203,10 +204,17 @@ def stage(plan: JobPlan, run_dir: Path, container_files: Path | None = None, dis
     port, free on the first node."""
     items = stage_items(plan, container_files, discovery)
     rendezvous = plan.launcher == "torchrun"
-    checks = ssh_each([(host, stage_command(plan, "check", items, port=rendezvous and host == plan.rank0))
-                       for host in plan.hosts], timeout_s=SSH_TIMEOUT_S * 6, shared=True)
+    peers = job_trust.peers(plan)
+
+    def check(host: Host) -> str:
+        line = stage_command(plan, "check", items, port=rendezvous and host == plan.rank0)
+        return f"{line} && {job_trust.probe_line(peers)}" if peers and host == plan.rank0 else line
+
+    checks = ssh_each([(host, check(host)) for host in plan.hosts], timeout_s=SSH_TIMEOUT_S * 6, shared=True)
     if (error := _failure("staging the job", checks)) is not None:
         raise error
+    if peers and (untrusted := job_trust.parse_probe(checks[plan.rank0.name].stdout)):
+        raise job_trust.Untrusted(plan, untrusted)
     said = {name: parse_stage(out.stdout) for name, out in checks.items()}
     log = [f"{name}: cores {s.cpus}, GPUs {s.gpus}; lacked {', '.join(sorted(s.needs)) or 'nothing'}; removed old job folders "
            f"{', '.join(s.removed) or 'none'}" for name, s in said.items()]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
-from pycli import containers, job_files, runner, slurm, slurm_jobs
+from pycli import containers, job_files, job_trust, runner, slurm, slurm_jobs
 from pycli.cluster_model import INTERFACE_VAR, JOBS_KEPT_VAR, Cluster, interface_problem
 from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, BadInput, PycliError, Unreachable, warn
 from pycli.hostfiles import fill_slots, render_hostfile
@@ -305,6 +305,8 @@ def run_job(
         containers.write_container_files(container_files, plan.hosts, container, plan.job_id)
     try:
         plan = stage(plan, run_dir, container_files)
+    except job_trust.Untrusted as error:
+        raise PycliError(error.line(inventory)) from None  # before any rank: no restart spent on it
     except BaseException:
         if container is not None:
             remove_containers(plan, inventory, run_dir)  # the job's keys may be on some nodes already
