@@ -39,6 +39,7 @@ def _render(template: str, host: str = "gpu1", hostvars: dict | None = None, **e
         "hostvars": hostvars,
         "ansible_managed": "Ansible managed",
         "inventory_hostname": host,
+        "ansible_play_hosts": [name for name, values in hostvars.items() if "ansible_facts" in values],
         **hostvars[host],
         **extra,
     }
@@ -78,7 +79,18 @@ def test_node_exporter_targets_are_still_every_node_down_ones_included():
     targets = json.loads(_render("targets.json.j2", _port=9100))
     assert [(t["labels"]["node"], t["targets"]) for t in targets] == [
         ("gpu1", ["10.0.0.1:9100"]), ("cpu1", ["10.0.0.2:9100"]), ("gpu2", ["10.0.0.3:9100"]),
-        ("gpu3", ["192.168.1.3:9100"])]
+        ("gpu3", ["192.168.1.3:9100"])]  # never reached: its inventory address until a run reaches it
+
+
+def test_a_node_this_run_did_not_reach_keeps_its_cluster_address_not_its_inventory_one():
+    """gpu3 is down now: its target stays where the run that reached it put it (its cluster
+    address), not its SSH address, where NodeDown would go on firing once it is back."""
+    previous = [{"targets": ["10.0.0.4:9100"], "labels": {"node": "gpu3"}},
+                {"targets": ["10.0.0.99:9100"], "labels": {"node": "cpu1"}}]  # reached now: this run's address
+    targets = json.loads(_render("targets.json.j2", _port=9100, _previous=previous))
+    assert [(t["labels"]["node"], t["targets"]) for t in targets] == [
+        ("gpu1", ["10.0.0.1:9100"]), ("cpu1", ["10.0.0.2:9100"]), ("gpu2", ["10.0.0.3:9100"]),
+        ("gpu3", ["10.0.0.4:9100"])]
 
 
 def test_prometheus_scrapes_dcgm_exporter_from_its_own_targets_file(tmp_path):
