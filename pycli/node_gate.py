@@ -5,7 +5,7 @@ pycli/gpu_probe.py and pycli/gpu_reports.py; standard library only, no pycli nee
   `pycli check --deep` (ECC, row remaps, Xids, nvidia-smi answering), free disk space and munge.
   A node that fails is drained with the gate's reason ("pycli health: ..."); a node this gate
   drained that passes again is resumed. A drain with any other reason (an admin's, pycli's
-  own drained list, the epilog's) is never undone here.
+  own drained list, the epilog's) is never undone here, nor its reason overwritten.
 - `prolog` (Prolog, on every node of a job as it is allocated): the GPU probe alone, inside the
   hard time limit the role gives it. A failure drains the node with the reason and exits 1, and
   Slurm puts the job back in the queue. With `--job-mapping-dir`, a job that passes is written
@@ -130,6 +130,11 @@ def health(node: str, paths: Sequence[str], min_free_gib: float, run=shell) -> i
     drained, said = node_reason(run, node)
     if problems:
         why = reason(HEALTH_PREFIX, problems)
+        if drained and not said.startswith(HEALTH_PREFIX):
+            # A person's drain (pycli drain, an administrator), or the prolog's or epilog's: its
+            # reason stays, and with it the node's way back, which is theirs, not this gate's.
+            print(f"{why} (drained already: {said or 'no reason'}; left so)")
+            return 1
         if not (drained and said == why):
             set_state(run, node, "drain", why)
         print(why)

@@ -69,6 +69,19 @@ def test_a_pending_row_remap_drains_the_node_with_the_gates_reason(node, capsys)
     assert _updates(log)[-1] == "update nodename=node2 state=resume"
 
 
+def test_a_person_s_drain_keeps_its_reason_through_a_failed_check_and_stays_after_a_passed_one(node, capsys):
+    """`pycli drain node2 --reason "DIMM replacement"`, then the node fails its health check and
+    passes it again: the reason is the person's all along, and the node stays drained."""
+    bin_dir, state, log = node
+    state.write_text("NodeName=node2 State=IDLE+DRAIN Reason=DIMM replacement [root@2026-11-28T10:00:00]\n")
+    _tool(bin_dir, "nvidia-smi", "echo 'NVIDIA-SMI has failed' >&2; exit 9\n")
+    assert node_gate.health("node2", ["/"], 0.001) == 1
+    assert "drained already: DIMM replacement; left so" in capsys.readouterr().out
+    (bin_dir / "nvidia-smi").unlink()
+    assert node_gate.health("node2", ["/"], 0.001) == 0
+    assert _updates(log) == []
+
+
 def test_a_drain_for_any_other_reason_stays(node):
     _, state, log = node
     state.write_text("NodeName=node2 State=IDLE+DRAIN Reason=pycli: fenced by check --deep [root@2026-11-26T10:00:00]\n")
