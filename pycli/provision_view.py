@@ -32,6 +32,10 @@ class HostView:
         return (self.finished or now) - self.started
 
 
+# A role says something the user should read in the recap (a node left as it was, say) with a
+# task so named, an `ansible.builtin.debug` whose msg is the line (run_once: said once).
+RECAP_NOTE_TASK = "Recap note: "
+
 # The live view of a large cluster (ProvisionView.summary_table): the busiest tasks, the
 # failed hosts named, the slowest running hosts.
 SUMMARY_TASKS = 6
@@ -46,7 +50,7 @@ class ProvisionView:
         self.clock = clock
         self.hosts: dict[str, HostView] = {name: HostView() for name in hosts}
         self.play = ""
-        self.notes: list[str] = []  # one line per failure or unreachable host, in order
+        self.notes: list[str] = []  # one line per failure, unreachable host or recap note, in order
         self.end_task = end_task  # the playbook's last task: a node that reached it is through
         self.through: set[str] = set()
         self.nodes = frozenset(hosts)  # others (the controller's localhost plays) have no end to reach
@@ -72,6 +76,11 @@ class ProvisionView:
             return
         if kind == "runner_on_ok" and self.end_task and data.get("task") == self.end_task:
             self.through.add(str(host))
+        if kind == "runner_on_ok" and str(data.get("task") or "").startswith(RECAP_NOTE_TASK):
+            res = data.get("res")
+            said = str(res.get("msg") or "").strip() if isinstance(res, Mapping) else ""
+            if said and f"note: {said}" not in self.notes:
+                self.notes.append(f"note: {said}")
         before = len(view.result.messages)
         runner.collect_host_event({str(host): view.result}, event)
         if len(view.result.messages) > before:

@@ -82,6 +82,17 @@ def _top_shows_node2_down(inventory: Path, timeout_s: float = 5) -> None:
     print(f"\npycli top with node2 dead: {took:.1f} s, node2: {node2['why']}")
 
 
+def _node1_trusts_node2(inventory: Path) -> None:
+    """node1's known_hosts and the from= of its cluster key still name node2's address."""
+    address = _address(inventory, "node2")
+    node1 = _container("node1")
+    code, known = node1.exec_run(["cat", "/etc/ssh/ssh_known_hosts"])
+    assert code == 0 and any(address in line.split(" ", 1)[0].split(",") for line in known.decode().splitlines()), known
+    code, keys = node1.exec_run(["sh", "-c", "cat /home/*/.ssh/authorized_keys /root/.ssh/authorized_keys 2>/dev/null"])
+    (line,) = [line for line in keys.decode().splitlines() if "pycli-cluster-" in line]
+    assert address in re.search(r'from="([^"]*)"', line).group(1).split(","), line
+
+
 def _check_build_on_node1() -> str:
     code, output = _container("node1").exec_run(["/opt/pycli/venv/bin/horovodrun", "--check-build"])
     assert code == 0, output.decode(errors="replace")
@@ -125,6 +136,12 @@ def test_a_dead_node_never_stops_the_others_and_retry_finishes_it(provisioned_cl
     assert "UNREACHABLE" in output and "has no attribute 'hostname'" not in output
     assert "not finished: node2 unreachable; once fixed, 'pycli provision" in output
     assert "Gloo" in _check_build_on_node1()
+    # node2 kept its place in node1's trust (the controller's record of it): back from the dead,
+    # it takes ranks of a job across both nodes before any --retry.
+    assert "note: SSH trust: node2 not reached; kept in the known_hosts and from= of every node" in output
+    _node1_trusts_node2(provisioned_cluster)
+    job = run_pycli("train", "mnist", "--np", "2", "-i", str(provisioned_cluster), "--", "--epochs", "1", timeout=600)
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
 
     # Killed before the driver play, which as a `serial` play ended the whole run when its batch failed.
     code, output = _provision_killing_node2(provisioned_cluster, runs, when="play: Docker Engine")

@@ -164,6 +164,17 @@ def test_view_follows_each_host_through_tasks_and_records_failures():
     assert exit_code("failed", view) == 1
 
 
+def test_a_recap_note_of_a_role_is_a_line_of_the_recap_once_and_an_empty_one_none():
+    view = ProvisionView(["n1", "n2"], clock=Clock())
+    note = "SSH trust: n2 not reached; kept as last recorded"
+    view.handle(ev("runner_on_ok", "n1", task="Recap note: nodes this run did not reach", role="ssh_trust", res={"msg": note}))
+    view.handle(ev("runner_on_ok", "n1", task="Recap note: nodes this run did not reach", role="ssh_trust", res={"msg": note}))
+    view.handle(ev("runner_on_ok", "n1", task="Recap note: something else", res={"msg": "  "}))
+    view.handle(ev("runner_on_ok", "n1", task="An ordinary debug", res={"msg": "not for the recap"}))
+    assert view.notes == [f"note: {note}"]
+    assert exit_code("successful", view) == 0
+
+
 def test_unreachable_wins_over_failed_and_cancel_is_130():
     view = ProvisionView(["n1", "n2"], clock=Clock())
     view.handle(ev("runner_on_failed", "n1", task="t", res={"msg": "boom"}))

@@ -38,14 +38,40 @@ def test_bridges_and_virtual_links_never_give_the_key_a_source_address(interface
     assert bool(re.match(pattern, interface)) is ignored
 
 
-def test_the_members_keep_the_group_s_order_so_a_second_run_writes_the_same_files():
+def _role_var(name: str, **variables):
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar, trust_as_template
 
-    members = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__ssh_trust_members"]
+    expression = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())[name]
+    return Templar(loader=DataLoader(), variables=variables).template(trust_as_template(expression))
+
+
+def test_the_members_keep_the_group_s_order_so_a_second_run_writes_the_same_files():
     group = [f"node{i}" for i in range(1, 13)]
     answered = [host for host in reversed(group) if host != "node7"]  # node7 is down
-    rendered = Templar(loader=DataLoader(), variables={
-        "groups": {"nodes": group}, "ssh_trust_cluster_group": "nodes", "ansible_play_hosts": answered,
-    }).template(trust_as_template(members))
-    assert rendered == [host for host in group if host != "node7"]
+    known = {host: {} for host in reversed(group) if host != "node12"}  # node12 was never reached
+    variables = {"groups": {"nodes": group}, "ssh_trust_cluster_group": "nodes", "ansible_play_hosts": answered,
+                 "__ssh_trust_nodes": known}
+    # The files list node7, down now (its recorded entry), and not node12, never seen.
+    assert _role_var("__ssh_trust_members", **variables) == group[:11]
+    # Only the nodes reached log in to each other.
+    assert _role_var("__ssh_trust_reached", **variables) == [host for host in group if host != "node7"]
+
+
+def test_a_node_s_description_holds_each_host_key_as_type_and_key_in_the_role_s_order():
+    """What the other nodes' known_hosts get of this node, and the controller records (preflight.yml)."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    tasks = yaml.safe_load((ROLE / "tasks" / "preflight.yml").read_text())
+    (task,) = [t for t in tasks if t["name"] == "Describe this node for the others' trust"]
+    facts = {"ssh_host_key_rsa_public": "AAAAB3rsa", "ssh_host_key_rsa_public_keytype": "ssh-rsa",
+             "ssh_host_key_ed25519_public": "AAAAC3ed", "ssh_host_key_ed25519_public_keytype": "ssh-ed25519",
+             "nodename": "node1.cluster.example"}
+    variables = {"ansible_facts": facts, "_ssh_trust_names": ["node1"], "_ssh_trust_addresses": ["10.0.0.1"],
+                 **yaml.safe_load((ROLE / "vars" / "main.yml").read_text())}
+    templar = Templar(loader=DataLoader(), variables={**variables, "_kinds": trust_as_template(task["vars"]["_kinds"])})
+    node = {key: templar.template(trust_as_template(value))
+            for key, value in task["ansible.builtin.set_fact"]["_ssh_trust_node"].items()}
+    assert node == {"names": ["node1"], "addresses": ["10.0.0.1"], "nodename": "node1.cluster.example",
+                    "keys": ["ssh-ed25519 AAAAC3ed", "ssh-rsa AAAAB3rsa"]}
