@@ -346,7 +346,9 @@ def gate_links(ctx: CheckContext) -> GateResult:
 
 
 DEEP_GATES = (
-    Gate("gpu_health", "no GPU reports ECC, remapping, throttling, Xid or DCGM trouble", gate_gpu_health, stops_the_check=False),
-    Gate("compute", "every node's matrix multiply is near the others' median", gate_compute, stops_the_check=False),
-    Gate("links", "every pair of nodes' TCP and allreduce are near the others' median", gate_links),
+    Gate("gpu_health", "no GPU reports ECC, remapping, throttling, Xid or DCGM trouble", gate_gpu_health,
+         stops_the_check=False, after_failure=True),
+    Gate("compute", "every node's matrix multiply is near the others' median", gate_compute, stops_the_check=False,
+         after_failure=True),
+    Gate("links", "every pair of nodes' TCP and allreduce are near the others' median", gate_links, after_failure=True),
 )

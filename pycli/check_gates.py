@@ -387,10 +387,16 @@ class Gate:
     # A failure stops the check (later gates need what this one proved); the deep gates
     # measure independent things, so a slow node does not keep the links from being measured.
     stops_the_check: bool = True
+    # Runs after an earlier gate failed (only `reachable`'s failure stops it): the deep gates,
+    # per node and per pair, are how a person finds why a whole-cluster gate failed.
+    after_failure: bool = False
 
+
+# The first gate: where it fails, no later gate can run on every node.
+REACHABLE = "reachable"
 
 GATES = (
-    Gate("reachable", "every node accepts a new SSH login", gate_reachable),
+    Gate(REACHABLE, "every node accepts a new SSH login", gate_reachable),
     Gate("ssh_mesh", "every node logs in to every node (BatchMode, host keys checked)", gate_ssh_mesh),
     Gate("same_software", "the same Python, torch, Horovod and Open MPI on every node", gate_same_software),
     Gate("horovod_build", "horovodrun --check-build has what the cluster needs", gate_horovod_build),

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from pycli.check_gates import FAIL, GATES, NOT_RUN, PASS, SKIP, CheckContext, CheckOptions, Gate, GateResult
+from pycli.check_gates import FAIL, GATES, NOT_RUN, PASS, REACHABLE, SKIP, CheckContext, CheckOptions, Gate, GateResult
 from pycli.cluster_model import Cluster, Drained
 from pycli.errors import EXIT_OK, notice
 from pycli.json_documents import CHECK, versioned
@@ -18,16 +18,18 @@ from pycli.paths import new_run_dir
 def run_gates(
     gates: Sequence[Gate], ctx: CheckContext, on_result: Callable[[GateResult], None] = lambda result: None
 ) -> list[GateResult]:
-    """Each gate in order, timed; after the first failure the rest are `not run`."""
+    """Each gate in order, timed; after the first failure the rest are `not run`, but for those
+    that run after a failure (the deep gates) unless no node could be reached."""
     results: list[GateResult] = []
-    stopped = False
+    stopped_by: str | None = None
     for gate in gates:
-        if stopped:
+        if stopped_by is not None and not (gate.after_failure and stopped_by != REACHABLE):
             result = GateResult(gate.name, NOT_RUN)
         else:
             began = time.monotonic()
             result = replace(gate.run(ctx), name=gate.name, seconds=time.monotonic() - began)
-            stopped = result.stops and gate.stops_the_check
+            if result.stops and gate.stops_the_check and stopped_by is None:
+                stopped_by = gate.name
         results.append(result)
         on_result(result)
     return results

@@ -16,10 +16,17 @@ from pycli.errors import PycliError
 from pycli.train import JobRequest, run_job
 
 _ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception): ")
+# Horovod's Gloo rendezvous giving up: some rank never reached it, which its own words do not say.
+_RENDEZVOUS_TIMEOUT = re.compile(r"Wait timeout after (\d+) seconds for key")
 
 
 def job_failure(lines: Sequence[str]) -> str:
-    """The line that says why a job failed: the first exception raised, else its last words."""
+    """The line that says why a job failed: the first exception raised, else its last words; a
+    launcher's timeout with what it means."""
+    for line in lines:
+        if match := _RENDEZVOUS_TIMEOUT.search(line):
+            return (f"{line.strip()} (not every rank reached horovodrun's rendezvous within {match.group(1)} s: a node "
+                    "or a link too slow, or a port blocked between nodes; `pycli check --deep` measures each node and pair)")
     for line in lines:
         if _ERROR_LINE.search(line):
             return line.strip()

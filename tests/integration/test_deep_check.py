@@ -1,8 +1,8 @@
 """`pycli check --deep` on the session's 3-node local cluster (`three_nodes`): a node whose CPU share is cut is named by the compute gate, a node whose link is
-slowed by the pairs through it; `--fence` drains them and jobs leave them out until undrained.
+slowed by the pairs through it, even after the whole-cluster allreduce gate failed; `--fence` drains them and jobs leave them out until undrained.
 
 Figures are compared with each other, never with a speed: the faults are far outside the
-spread of healthy nodes (a CPU share of 0.3, a link shaped to 200 Mbit/s). The gpu_health gate
+spread of healthy nodes (a CPU share of 0.3, a link shaped to 100 Mbit/s). The gpu_health gate
 is skipped here (no GPU); tests/unit/test_check_gpu_health.py reads recorded real GPU output.
 """
 
@@ -38,7 +38,9 @@ def _on(node: str, command: str) -> None:
 
 
 def _deep_check(inventory: Path, tmp_path: Path, *extra: str) -> tuple[int, dict]:
-    proc = run_pycli("check", str(inventory), "--deep-only", "--json", *extra, env={"PYCLI_RUNS": str(tmp_path)})
+    """`pycli check --deep-only --json` (`--deep` among `extra`: the whole check)."""
+    scope = [] if "--deep" in extra else ["--deep-only"]
+    proc = run_pycli("check", str(inventory), *scope, "--json", *extra, env={"PYCLI_RUNS": str(tmp_path)})
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 
@@ -77,11 +79,17 @@ def test_a_node_with_a_cut_cpu_share_is_named_fenced_and_left_out_until_undraine
 
 
 def test_a_node_with_a_slowed_link_is_named_through_exactly_its_pairs(three_nodes, tmp_path):
-    _on("node2", "tc qdisc add dev eth0 root tbf rate 200mbit burst 64kb latency 50ms")
+    """node2's link at 100 Mbit/s, and the whole check (`--deep`, not `--deep-only`): the
+    whole-cluster allreduce gate fails first (here by a bus bandwidth floor no link reaches; on
+    a real cluster, by Horovod's rendezvous timeout), and the per-node and per-pair gates still
+    run: they are what names node2."""
+    _on("node2", "tc qdisc add dev eth0 root tbf rate 100mbit burst 64kb latency 50ms")
     try:
-        code, summary = _deep_check(three_nodes, tmp_path)
+        code, summary = _deep_check(three_nodes, tmp_path, "--deep", "--allreduce-size", "1M", "--busbw-floor", "1000")
     finally:
         _on("node2", "tc qdisc del dev eth0 root")
+    status = {gate["name"]: gate["status"] for gate in summary["gates"]}
+    assert status["allreduce"] == "fail" and status["nvidia_smi"] == "not run", status
     links = _gate(summary, "links")
     assert code == 1 and links["status"] == "fail" and _gate(summary, "compute")["status"] == "pass", json.dumps(summary, indent=2)
     named = set(re.findall(r"(node\d <-> node\d): \d+% of the median link", links["message"]))

@@ -238,3 +238,25 @@ def test_the_plots_import_the_figures_and_never_the_check():
     loaded = subprocess.run([sys.executable, "-c", "import sys, pycli.check_plots; print('pycli.check_deep' in sys.modules)"],
                             capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "False"
+
+
+def test_with_deep_a_failed_whole_cluster_gate_leaves_the_per_node_and_per_pair_gates_to_run():
+    """A slow link failed the 12-rank allreduce first; the links gate, the one that names the
+    pair, must still run. Only an unreachable node stops them."""
+    from pycli.check_gates import NOT_RUN, Gate, GateResult
+    from pycli.check_run import run_gates
+
+    def gate(name, status, **kw):
+        return Gate(name, name, lambda ctx: ran.append(name) or GateResult(name, status), **kw)
+
+    def deep(name, status):
+        return gate(name, status, after_failure=True, stops_the_check=name == "links")
+
+    ran: list[str] = []
+    results = run_gates([gate("reachable", PASS), gate("allreduce", FAIL), gate("nvidia_smi", PASS),
+                         deep("compute", PASS), deep("links", FAIL)], ctx=None)
+    assert ran == ["reachable", "allreduce", "compute", "links"]
+    assert [r.status for r in results] == [PASS, FAIL, NOT_RUN, PASS, FAIL]
+    ran = []
+    results = run_gates([gate("reachable", FAIL), gate("allreduce", PASS), deep("compute", PASS)], ctx=None)
+    assert ran == ["reachable"] and [r.status for r in results] == [FAIL, NOT_RUN, NOT_RUN]

@@ -238,3 +238,14 @@ def test_one_local_host_needs_no_ssh_mesh_and_nothing_is_run_for_it(tmp_path):
     result = gate_ssh_mesh(ctx)
     assert result.status == "skip" and "ansible_connection=local" in result.figure
     assert not (tmp_path / "run").exists()  # no Ansible run
+
+
+def test_horovod_s_rendezvous_timeout_is_said_with_what_it_means():
+    lines = ["pycli: job 1: 12 process(es)",
+             "[0]<stderr>:RuntimeError: Gloo context initialization failed: [/tmp/pip-req-build/third_party/gloo/gloo/"
+             "rendezvous/context.cc:81] Wait timeout after 30 seconds for key(s): 0. You may want to increase the timeout "
+             "via HOROVOD_GLOO_TIMEOUT_SECONDS",
+             "pycli: job failed (exit 1) after 41 s"]
+    said = job_failure(lines)
+    assert said.startswith("[0]<stderr>:RuntimeError: Gloo context initialization failed") and "Wait timeout after 30" in said
+    assert "not every rank reached horovodrun's rendezvous within 30 s" in said and "pycli check --deep" in said
