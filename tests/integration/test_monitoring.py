@@ -110,6 +110,12 @@ def test_prometheus_scrapes_both_nodes_and_a_second_run_changes_nothing(monitore
     assert "NodeDown" not in rules, rules
     # Listening on the cluster network only, and the generated configuration passes promtool.
     assert node_get("node1", "http://127.0.0.1:9090/-/ready")[0] != 0
+    # Alertmanager (whose API silences alerts) on node1 alone: no job on node2 reaches it.
+    assert node_get("node1", "http://127.0.0.1:9093/-/ready")[0] == 0
+    assert node_get("node2", f"http://{_address(monitored, 'node1')}:9093/-/ready")[0] != 0
+    # Its configuration holds the webhook URL (often a token): not for every user of the node.
+    code, out = node_run("node1", "stat", "-c", "%a %U %G", "/etc/prometheus/alertmanager.yml")
+    assert out.split() == ["640", "root", "prometheus"], out
     code, out = node_run("node1", "promtool", "check", "config", "/etc/prometheus/prometheus.yml")
     assert code == 0 and "SUCCESS" in out, out
     for node in ("node1", "node2"):

@@ -25,6 +25,11 @@ ROLE = ROOT / "roles" / "monitoring"
 
 def _render(template: str, host: str = "gpu1", hostvars: dict | None = None, **extra) -> str:
     """The template as the role's template task writes it on `host` (trim_blocks, like the template module)."""
+    return _expand((ROLE / "templates" / template).read_text(), host, hostvars, **extra)
+
+
+def _expand(text: str, host: str = "gpu1", hostvars: dict | None = None, **extra) -> str:
+    """`text` templated with the role's variables as on `host`."""
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar, trust_as_template
 
@@ -44,7 +49,7 @@ def _render(template: str, host: str = "gpu1", hostvars: dict | None = None, **e
         **extra,
     }
     templar = Templar(loader=DataLoader(), variables=variables).copy_with_new_env(trim_blocks=True)
-    return templar.template(trust_as_template((ROLE / "templates" / template).read_text()))
+    return templar.template(trust_as_template(text))
 
 
 def _cluster() -> dict:
@@ -53,6 +58,7 @@ def _cluster() -> dict:
         facts: dict = {"ansible_host": "192.168.1.3"}
         if address:
             facts["ansible_facts"] = {"default_ipv4": {"address": address}}
+            facts["_monitoring_address"] = address  # facts.yml's record of this run
         if runs is not None:
             facts["_monitoring_dcgm_exporter"] = runs
         return facts
@@ -91,6 +97,27 @@ def test_a_node_this_run_did_not_reach_keeps_its_cluster_address_not_its_invento
     assert [(t["labels"]["node"], t["targets"]) for t in targets] == [
         ("gpu1", ["10.0.0.1:9100"]), ("cpu1", ["10.0.0.2:9100"]), ("gpu2", ["10.0.0.3:9100"]),
         ("gpu3", ["10.0.0.4:9100"])]
+
+
+def test_the_daemons_listen_on_the_cluster_s_interface_where_the_inventory_names_one():
+    """Not the default route's address, which is a public one on many servers."""
+    node = {"ansible_host": "192.168.1.3", "ansible_facts": {
+        "default_ipv4": {"address": "203.0.113.7"}, "ib_0": {"ipv4": {"address": "10.10.0.3"}}}}
+    assert _expand("{{ __monitoring_listen }}", "n1", {"n1": node}, pycli_network_interface="ib-0") == "10.10.0.3"
+    assert _expand("{{ __monitoring_listen }}", "n1", {"n1": node}) == "203.0.113.7"  # none named: the default route's
+    assert _expand("{{ __monitoring_interface_ipv4 }}", "n1", {"n1": node}, pycli_network_interface="eth9") == ""
+    exporter = _render("node-exporter.default.j2", "n1", {"n1": node}, pycli_network_interface="ib-0")
+    assert "--web.listen-address=10.10.0.3:9100 " in exporter
+
+
+def test_alertmanager_answers_on_the_monitoring_host_alone():
+    """Its API silences alerts: no job on another node reaches it; Prometheus beside it does."""
+    assert '--web.listen-address=127.0.0.1:9093 ' in _render("alertmanager.default.j2")
+    config = yaml.safe_load(_render("prometheus.yml.j2", host="gpu1"))
+    assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["127.0.0.1:9093"]
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs["alertmanager"]["static_configs"][0]["targets"] == ["127.0.0.1:9093"]
+    assert jobs["prometheus"]["static_configs"][0]["targets"] == ["10.0.0.1:9090"]
 
 
 def test_prometheus_scrapes_dcgm_exporter_from_its_own_targets_file(tmp_path):
