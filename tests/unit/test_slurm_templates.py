@@ -68,6 +68,32 @@ def test_every_node_gets_the_same_slurm_conf():
     assert _render("slurm.conf.j2", "gpu1", cluster) == _render("slurm.conf.j2", "gpu2", cluster)
 
 
+def test_a_node_this_run_did_not_reach_keeps_its_line_and_its_place_in_the_partition():
+    """gpu2 is down (or outside --limit): dropping its line would restart slurmctld without it."""
+    cluster = _gpu_cluster()
+    cluster["gpu3"] = {}  # never reached, not in the file: left out until a run reaches it
+    before = {"gpu2": "NodeName=gpu2 NodeHostname=gpu2 NodeAddr=10.0.0.2 CPUs=32 RealMemory=1000 State=UNKNOWN",
+              "gone": "NodeName=gone NodeHostname=gone NodeAddr=10.0.0.9 CPUs=2 RealMemory=1000 State=UNKNOWN"}
+    conf = _render("slurm.conf.j2", "gpu1", cluster, ansible_play_hosts=["gpu1"], __slurm_lines_before=before).splitlines()
+    assert [line for line in conf if line.startswith("NodeName=")] == [
+        "NodeName=gpu1 NodeHostname=gpu1 NodeAddr=10.0.0.1 CPUs=64 RealMemory=513976 Gres=gpu:8 State=UNKNOWN",
+        before["gpu2"],
+    ]
+    assert "PartitionName=batch Nodes=gpu1,gpu2 Default=YES MaxTime=INFINITE State=UP" in conf
+
+
+def test_the_node_lines_of_a_slurm_conf_are_read_back_by_node():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("slurm_nodes", ROLE / "filter_plugins" / "slurm_nodes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    conf = _render("slurm.conf.j2", "gpu1", _gpu_cluster())
+    lines = module.slurm_node_lines(conf + "NodeName=DEFAULT CPUs=2\nNodeName=a[1-4] CPUs=2\n#NodeName=x y\n")
+    written = [line for line in conf.splitlines() if line.startswith("NodeName=")]
+    assert lines == {"gpu1": written[0], "gpu2": written[1]}
+
+
 def test_the_test_bed_runs_without_cgroup_plugins_and_with_its_own_cpu_count():
     cluster = {name: {**_facts(name, f"172.28.0.{i}", cpus=2), "_slurm_gpus": "0", "_slurm_cpus": "4", "_slurm_nvml": False}
                for i, name in enumerate(["node1", "node2"], start=11)}

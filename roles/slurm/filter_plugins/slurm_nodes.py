@@ -2,7 +2,8 @@
 
 slurm_apt_version: the slurmd version a node has or would get (`apt-cache policy slurmd`), which
 the preflight compares across nodes. slurm_node_problems: what is wrong with the nodes as
-slurmctld sees them, for the role's wait and its verify step.
+slurmctld sees them, for the role's wait and its verify step. slurm_node_lines: the NodeName
+lines of a slurm.conf by node, which a run keeps for the nodes it did not reach.
 
 `sinfo -N -h -o '%N|%T|%c|%E'` prints one line per node and partition: name, state (a `*`
 suffix: not responding), CPUs and the reason it is down or drained. A node drained by a
@@ -65,6 +66,21 @@ def slurm_node_problems(sinfo_stdout: str, expected: Mapping[str, object]) -> li
     return problems
 
 
+_NODE_LINE = re.compile(r"^NodeName=(\S+)\s.*$")
+
+
+def slurm_node_lines(slurm_conf: str) -> dict[str, str]:
+    """{node: its whole NodeName line} of a slurm.conf the role wrote (one node a line; the
+    DEFAULT pseudo-node and lines naming several nodes at once are not the role's)."""
+    found = {}
+    for line in slurm_conf.splitlines():
+        match = _NODE_LINE.match(line.strip())
+        if match and match.group(1) != "DEFAULT" and not re.search(r"[\[,]", match.group(1)):
+            found[match.group(1)] = line.strip()
+    return found
+
+
 class FilterModule:
     def filters(self):
-        return {"slurm_apt_version": slurm_apt_version, "slurm_node_problems": slurm_node_problems}
+        return {"slurm_apt_version": slurm_apt_version, "slurm_node_problems": slurm_node_problems,
+                "slurm_node_lines": slurm_node_lines}
