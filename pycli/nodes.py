@@ -177,11 +177,12 @@ def _through_dead_connection(host: Host, rc: int | None) -> bool:
     return (rc == SSH_FAILED or (rc or 0) < 0) and close_shared_connection(host) and rc == SSH_FAILED
 
 
-def _start(host: Host, argv: list[str], **popen) -> subprocess.Popen:
+def _start(host: Host, argv: list[str], detached: bool = False, **popen) -> subprocess.Popen:
     """A node command started here. A local host's is a process group of its own, so that ending
     it (_end) ends what it started too: a child that holds the output pipe open would otherwise
-    keep the answer back past any timeout. Over ssh, ending ssh ends the remote side."""
-    return subprocess.Popen(argv, start_new_session=host.local, **popen)
+    keep the answer back past any timeout. Over ssh, ending ssh ends the remote side.
+    `detached`: in a session of its own over ssh too (ssh_stream)."""
+    return subprocess.Popen(argv, start_new_session=host.local or detached, **popen)
 
 
 def _end(host: Host, proc: subprocess.Popen) -> None:
@@ -240,7 +241,8 @@ def _text(output: bytes) -> str:
 
 
 def ssh_stream(host: Host, command: str, *, send: Callable[[IO[bytes]], None] | None = None,
-               receive: Callable[[IO[bytes]], None] | None = None, timeout_s: float) -> NodeOutput:
+               receive: Callable[[IO[bytes]], None] | None = None, timeout_s: float,
+               detached: bool = False) -> NodeOutput:
     """`command` on `host` over its shared connection, `send` writing the bytes of its stdin (a tar
     stream of a job's files) or `receive` reading those of its stdout (the job's results); what it
     answered (stdout too when nothing reads it).
@@ -249,17 +251,21 @@ def ssh_stream(host: Host, command: str, *, send: Callable[[IO[bytes]], None] | 
     in the answer's stderr with the node's own words; the answer is then not ok. Where ssh
     failed through a dead kept connection, the master is closed and the command runs once
     more from the start, its stream with it: `send` and `receive` must give the same result
-    when called again (the node unpacks into a fresh folder, the reader overwrites)."""
-    answer = _stream_once(host, command, send, receive, timeout_s)
+    when called again (the node unpacks into a fresh folder, the reader overwrites).
+
+    `detached`: ssh (or a local host's command) in a session of its own, out of reach of the
+    terminal's Ctrl-C: a command that must end for the caller to know what it did (sbatch, whose
+    job the caller cancels once it has its id)."""
+    answer = _stream_once(host, command, send, receive, timeout_s, detached)
     if _through_dead_connection(host, answer.rc):
-        answer = _stream_once(host, command, send, receive, timeout_s)
+        answer = _stream_once(host, command, send, receive, timeout_s, detached)
     return answer
 
 
 def _stream_once(host: Host, command: str, send: Callable[[IO[bytes]], None] | None,
-                 receive: Callable[[IO[bytes]], None] | None, timeout_s: float) -> NodeOutput:
+                 receive: Callable[[IO[bytes]], None] | None, timeout_s: float, detached: bool = False) -> NodeOutput:
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = _start(host, node_argv(host, command, tty=False, shared=True),
+        proc = _start(host, node_argv(host, command, tty=False, shared=True), detached=detached,
                       stdin=subprocess.DEVNULL if send is None else subprocess.PIPE,
                       stdout=out if receive is None else subprocess.PIPE, stderr=err)
         try:

@@ -25,8 +25,10 @@ ELASTIC_GRACE_S = 30
 # The job name every job pycli submits carries (squeue, sacct): "pycli-<workload>".
 JOB_NAME_PREFIX = "pycli-"
 # sacct's fields `pycli jobs` shows, in this order (-P: separated by '|', no padding).
-SACCT_FIELDS = ("JobID", "JobName", "User", "State", "ExitCode", "Submit", "Start", "Elapsed", "NodeList", "Reason")
-SQUEUE_FORMAT = "%i|%j|%u|%T|%r|%D|%N|%B"
+# A job's name is whatever its owner gave sbatch (a "|" or an escape sequence too): it comes last
+# in both, so a "|" in it stays in it, and it is made printable (printable) before anyone sees it.
+SACCT_FIELDS = ("JobID", "User", "State", "ExitCode", "Submit", "Start", "Elapsed", "NodeList", "Reason", "JobName")
+SQUEUE_FORMAT = "%i|%u|%T|%r|%D|%N|%B|%j"
 # Node states a job cannot start on (sinfo's long names, lower case, flags after '+' dropped).
 UNAVAILABLE = ("down", "drained", "draining", "fail", "failing", "future", "inval", "maint", "not_responding",
                "power_down", "powered_down", "reboot_issued", "unknown")
@@ -144,12 +146,37 @@ def cancel_command(job_id: str) -> str:
     return f"scancel {shlex.quote(job_id)}"
 
 
-def watch_command(job_id: str, interval_s: float = 1.0) -> str:
-    """On a node: a line "@@slurm STATE|REASON|BATCHHOST|NODES" at every change while the job
-    is in the queue, then "@@slurm gone"."""
+# What squeue says when slurmctld no longer knows a job (purged after MinJobAge): the job is gone.
+# Any other failure (slurmctld restarting, not answering) says nothing of the job.
+UNKNOWN_JOB = "Invalid job id specified"
+
+
+def _while_queued(job_id: str, fields: str, on_state: str, on_error: str, interval_s: float) -> str:
+    """A shell loop that runs while Slurm has the job unfinished: each answer of squeue (`-t all`,
+    so a finished job is seen with its final state) is in $s for `on_state`; a failed squeue is in
+    $s for `on_error`, and the loop goes on. It ends only on an answer: the job listed in one of
+    FINISHED_STATES, not listed, or unknown to slurmctld (UNKNOWN_JOB)."""
     quoted = shlex.quote(job_id)
-    return (f"last=; while s=$(squeue -h -j {quoted} -o '%T|%r|%B|%N' 2>/dev/null) && [ -n \"$s\" ]; do "
-            f"[ \"$s\" != \"$last\" ] && echo \"@@slurm $s\" && last=$s; sleep {interval_s:g}; done; echo '@@slurm gone'")
+    return (f"while :; do if s=$(squeue -h -t all -j {quoted} -o '{fields}' 2>&1); then [ -z \"$s\" ] && break; {on_state}; "
+            f"case ${{s%%|*}} in {'|'.join(FINISHED_STATES)}) break;; esac; "
+            f"else case $s in *{shlex.quote(UNKNOWN_JOB)}*) break;; esac; {on_error}; fi; sleep {interval_s:g}; done")
+
+
+def watch_command(job_id: str, interval_s: float = 1.0) -> str:
+    """On a node: a line "@@slurm STATE|REASON|BATCHHOST|NODES" at every change while Slurm has the
+    job, "@@slurm-unanswered WHAT-SQUEUE-SAID" when squeue fails (slurmctld restarting: the watch
+    goes on), then "@@slurm gone". Only an answer of Slurm's ends it (_while_queued): a job is
+    never taken for ended, and its processes swept, while slurmctld is away."""
+    return ("last=; " + _while_queued(
+        job_id, "%T|%r|%B|%N",
+        on_state='[ "$s" != "$last" ] && echo "@@slurm $s" && last=$s',
+        on_error='[ "$s" != "$last" ] && echo "@@slurm-unanswered $(printf \'%s\\n\' "$s" | tail -n 1)" && last=$s',
+        interval_s=interval_s) + "; echo '@@slurm gone'")
+
+
+def unanswered(line: str) -> str | None:
+    """What squeue said in a watch_command line that reports a failed squeue; None for any other line."""
+    return line[len("@@slurm-unanswered "):].strip() if line.startswith("@@slurm-unanswered ") else None
 
 
 @dataclass(frozen=True)
@@ -172,12 +199,12 @@ def parse_watch_line(line: str) -> QueueState | None:
 
 
 def output_command(path: str, job_id: str, interval_s: float = 1.0) -> str:
-    """On the batch host: the job's output file from its first line, followed until the job
-    has left the queue (and a moment more for the last lines)."""
-    quoted = shlex.quote(job_id)
+    """On the batch host: the job's output file from its first line, followed while Slurm has the
+    job (_while_queued: a moment without slurmctld does not end it), and a moment more for the
+    last lines."""
     return (f"tail -n +1 -F {shlex.quote(path)} 2>/dev/null & t=$!; "
-            f"while [ -n \"$(squeue -h -j {quoted} -o %T 2>/dev/null)\" ]; do sleep {interval_s:g}; done; "
-            "sleep 1; kill $t; wait $t 2>/dev/null; exit 0")
+            + _while_queued(job_id, "%T", on_state=":", on_error=":", interval_s=interval_s)
+            + "; sleep 1; kill $t; wait $t 2>/dev/null; exit 0")
 
 
 def sacct_command(job_ids: Sequence[str] = (), *, since: str | None = None, all_users: bool = True) -> str:
@@ -218,22 +245,48 @@ class AccountedJob:
                 "elapsed": self.elapsed, "nodes": self.nodes, "reason": self.reason}
 
 
+def printable(text: str) -> str:
+    """`text` with every character a terminal would act on (escape sequences, line breaks) as "?"."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
 def parse_sacct(stdout: str) -> list[AccountedJob]:
     """Lines of sacct_command's output; lines that are not a job's are left out."""
     jobs = []
     for line in stdout.splitlines():
-        parts = line.split("|")
+        parts = line.split("|", len(SACCT_FIELDS) - 1)
         if len(parts) != len(SACCT_FIELDS) or not re.match(r"^\d+", parts[0]):
             continue
         values = dict(zip(SACCT_FIELDS, parts, strict=True))
         code, _, signal = values["ExitCode"].partition(":")
         jobs.append(AccountedJob(
-            job_id=values["JobID"], name=values["JobName"], user=values["User"],
+            job_id=values["JobID"], name=printable(values["JobName"]), user=values["User"],
             state=values["State"].split()[0] if values["State"] else "", exit_code=int(code) if code.isdigit() else 0,
             signal=int(signal) if signal.isdigit() else 0, submit=values["Submit"], start=values["Start"],
             elapsed=values["Elapsed"], nodes=values["NodeList"], reason=values["Reason"],
         ))
     return jobs
+
+
+def scontrol_job_command(job_id: str) -> str:
+    """slurmctld's own record of a job (kept MinJobAge after it ends): where sacct has none."""
+    return f"scontrol show job -o {shlex.quote(job_id)}"
+
+
+def parse_scontrol_job(stdout: str, job_id: str) -> AccountedJob | None:
+    """The job of a scontrol_job_command answer, in sacct's terms; None where it is not there."""
+    for line in stdout.splitlines():
+        values = dict(re.findall(r"(\w+)=(\S*)", line))
+        if values.get("JobId") != job_id:
+            continue
+        code, _, signal = values.get("ExitCode", "").partition(":")
+        return AccountedJob(
+            job_id=job_id, name=printable(values.get("JobName", "")), user=values.get("UserId", "").split("(")[0],
+            state=values.get("JobState", ""), exit_code=int(code) if code.isdigit() else 0,
+            signal=int(signal) if signal.isdigit() else 0, submit=values.get("SubmitTime", ""),
+            start=values.get("StartTime", ""), elapsed=values.get("RunTime", ""), nodes=values.get("NodeList", ""),
+            reason=values.get("Reason", ""))
+    return None
 
 
 def squeue_command() -> str:
@@ -259,11 +312,12 @@ class QueuedJob:
 def parse_squeue(stdout: str) -> list[QueuedJob]:
     jobs = []
     for line in stdout.splitlines():
-        parts = line.split("|")
+        parts = line.split("|", 7)
         if len(parts) != 8 or not parts[0].strip():
             continue
-        job_id, name, user, state, reason, count, nodes, batch = parts
-        jobs.append(QueuedJob(job_id, name, user, state, reason, int(count) if count.isdigit() else 0, nodes, batch))
+        job_id, user, state, reason, count, nodes, batch, name = parts
+        jobs.append(QueuedJob(job_id, printable(name), user, state, reason, int(count) if count.isdigit() else 0,
+                              nodes, batch))
     return jobs
 
 

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
-from pycli import slurm
+from pycli import runner, slurm
 from pycli.cluster_model import Cluster, Drained, Host
 from pycli.drained import stamp
 from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, PycliError
@@ -88,29 +88,37 @@ def submit(plan: JobPlan, script: str) -> str:
     def send(stdin: IO[bytes]) -> None:
         stdin.write(script.encode())
 
-    answer = ssh_stream(plan.rank0, slurm.submit_command(str(plan.job_dir)), send=send, timeout_s=SUBMIT_TIMEOUT_S)
+    # Detached: a Ctrl-C while sbatch runs must not cut it off with the job queued and its id
+    # unknown; run_slurm cancels the job once submit has returned it.
+    answer = ssh_stream(plan.rank0, slurm.submit_command(str(plan.job_dir)), send=send, timeout_s=SUBMIT_TIMEOUT_S,
+                        detached=True)
     if not answer.ok:
         raise PycliError(f"sbatch on {plan.rank0.name} refused the job: {answer.why()}")
     return slurm.parse_job_id(answer.stdout)
 
 
 def accounted(plan: JobPlan, job_id: str) -> slurm.AccountedJob | None:
-    """The job as sacct has it once it has finished; None if sacct never says so."""
+    """The job as Slurm has it once it has finished: sacct's record, else (slurmdbd down, or
+    behind) slurmctld's own; what either says unfinished, or None, if neither says it ended."""
     deadline = time.monotonic() + ACCOUNTING_WAIT_S
     while True:
         answer = ssh_each([(plan.rank0, slurm.sacct_command([job_id]))], shared=True)[plan.rank0.name]
         found = [job for job in slurm.parse_sacct(answer.stdout) if job.job_id == job_id] if answer.ok else []
         if found and found[0].finished:
             return found[0]
+        own = ssh_each([(plan.rank0, slurm.scontrol_job_command(job_id))], shared=True)[plan.rank0.name]
+        kept = slurm.parse_scontrol_job(own.stdout, job_id) if own.ok else None
+        if kept is not None and kept.finished:
+            return kept
         if time.monotonic() > deadline:
-            return found[0] if found else None
+            return found[0] if found else kept
         time.sleep(1)
 
 
 def ending(job: slurm.AccountedJob | None, job_id: str, interrupted: bool, time_limit_s: float | None) -> JobExit:
     """How the Slurm job ended, as pycli says it (pycli.job_processes.JobExit)."""
     if job is None:
-        return JobExit(EXIT_FAILED, f"sacct has no record of Slurm job {job_id}")
+        return JobExit(EXIT_FAILED, f"neither sacct nor slurmctld has a record of Slurm job {job_id}")
     said = f"Slurm job {job_id} {job.state}"
     if interrupted or job.state == "CANCELLED":
         return JobExit(EXIT_INTERRUPTED, f"{said} (cancelled)") if interrupted else JobExit(EXIT_FAILED, f"{said} by scancel")
@@ -134,7 +142,18 @@ def run_slurm(plan: JobPlan, states: dict[str, slurm.NodeState], run_dir: Path, 
     on Ctrl-C; how it ended and its Slurm job id."""
     script = slurm.sbatch_script(batch_job(plan, states, time_limit_s))
     path = run_dir / script_name(restart)
-    path.write_text(script)
+    path.write_text(runner.mask_url_credentials(script))  # the record, as job.txt's; sbatch gets the script
+    interrupted = threading.Event()
+    # Before sbatch: a Ctrl-C while it submits cancels the job as soon as its id is known.
+    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+    try:
+        return _submit_and_watch(plan, script, path, run_dir, write, time_limit_s, interrupted)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _submit_and_watch(plan: JobPlan, script: str, path: Path, run_dir: Path, write: Callable[[str], None],
+                      time_limit_s: float | None, interrupted: threading.Event) -> tuple[JobExit, str]:
     submitted = time.monotonic()
     job_id = submit(plan, script)
     write(f"pycli: Slurm job {job_id} submitted from {plan.rank0.name} (script {path})")
@@ -143,6 +162,9 @@ def run_slurm(plan: JobPlan, states: dict[str, slurm.NodeState], run_dir: Path, 
     last: list[slurm.QueueState] = []
 
     def on_watch(line: str) -> None:
+        if (said := slurm.unanswered(line)) is not None:
+            write(f"pycli: squeue on {plan.rank0.name} failed ({said}); still watching Slurm job {job_id}")
+            return
         state = slurm.parse_watch_line(line)
         if state is None:
             return
@@ -156,37 +178,32 @@ def run_slurm(plan: JobPlan, states: dict[str, slurm.NodeState], run_dir: Path, 
             output.append(RemoteProcess(hosts[state.batch_host],
                                         slurm.output_command(str(plan.job_dir / f"slurm-{job_id}.out"), job_id), "", write))
 
-    interrupted = threading.Event()
-    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
     cancelled_at: float | None = None
-    try:
-        watcher = RemoteProcess(plan.rank0, slurm.watch_command(job_id), "", on_watch)
-        while True:
-            try:
-                watcher.wait(timeout=0.5)
-                break
-            except subprocess.TimeoutExpired:
-                if interrupted.is_set() and cancelled_at is None:
-                    cancelled_at = time.monotonic()
-                    write(f"pycli: cancelling Slurm job {job_id} (scancel)")
-                    answer = ssh_each([(plan.rank0, slurm.cancel_command(job_id))], shared=True)[plan.rank0.name]
-                    if not answer.ok:
-                        write(f"pycli: scancel {job_id} failed: {answer.why()}")
-                elif cancelled_at is not None and time.monotonic() - cancelled_at > STOP_GRACE_S:
-                    write(f"pycli: Slurm job {job_id} is still in the queue {STOP_GRACE_S} s after scancel; not waiting")
-                    watcher.kill()
-        for proc in output:  # its last lines, then it ends as the job has left the queue
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        if not output:  # it ran and ended between two looks at the queue: its output whole
-            out_file = plan.job_dir / f"slurm-{job_id}.out"
-            answers = ssh_each([(host, f"cat {out_file} 2>/dev/null") for host in plan.hosts], shared=True)
-            for line in next((a.stdout for a in answers.values() if a.ok and a.stdout), "").splitlines():
-                write(line)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    watcher = RemoteProcess(plan.rank0, slurm.watch_command(job_id), "", on_watch)
+    while True:
+        try:
+            watcher.wait(timeout=0.5)
+            break
+        except subprocess.TimeoutExpired:
+            if interrupted.is_set() and cancelled_at is None:
+                cancelled_at = time.monotonic()
+                write(f"pycli: cancelling Slurm job {job_id} (scancel)")
+                answer = ssh_each([(plan.rank0, slurm.cancel_command(job_id))], shared=True)[plan.rank0.name]
+                if not answer.ok:
+                    write(f"pycli: scancel {job_id} failed: {answer.why()}")
+            elif cancelled_at is not None and time.monotonic() - cancelled_at > STOP_GRACE_S:
+                write(f"pycli: Slurm job {job_id} is still in the queue {STOP_GRACE_S} s after scancel; not waiting")
+                watcher.kill()
+    for proc in output:  # its last lines, then it ends as the job has left the queue
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    if not output:  # it ran and ended between two looks at the queue: its output whole
+        out_file = plan.job_dir / f"slurm-{job_id}.out"
+        answers = ssh_each([(host, f"cat {out_file} 2>/dev/null") for host in plan.hosts], shared=True)
+        for line in next((a.stdout for a in answers.values() if a.ok and a.stdout), "").splitlines():
+            write(line)
     return ending(accounted(plan, job_id), job_id, interrupted.is_set(), time_limit_s), job_id
 
 

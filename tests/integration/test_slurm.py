@@ -124,6 +124,11 @@ def test_mnist_goes_through_the_queue_and_waits_behind_another_job(slurm_cluster
     second = _start(slurm_cluster, "synthetic", "--np", "8", *SHORT)
     second_seen: list[str] = []
     _read_until(second, r"Slurm job \d+ PENDING", second_seen)
+    # slurmctld goes away under them for 15 s (as when the role restarts it, or its host is slow
+    # to come back): squeue waits for it up to MessageTimeout (10 s), then fails. Both jobs go
+    # on, and pycli watches on through it, not taking a failed squeue for a job gone.
+    code, out = node_run("node1", "sh", "-c", "systemctl stop slurmctld && sleep 15 && systemctl start slurmctld")
+    assert code == 0, out
     rest, _ = first.communicate(timeout=900)
     first_out = "".join(first_seen) + rest
     rest, _ = second.communicate(timeout=900)
@@ -131,6 +136,7 @@ def test_mnist_goes_through_the_queue_and_waits_behind_another_job(slurm_cluster
     assert first.returncode == 0, first_out[-4000:]
     assert second.returncode == 0, second_out[-4000:]
     assert "through Slurm's queue" in first_out and "on node1, node2" in first_out
+    assert re.search(r"squeue on node1 failed \(.*\); still watching Slurm job \d+", first_out), first_out[-4000:]
     one, two = sacct(slurm_job_id(first_out)), sacct(slurm_job_id(second_out))
     assert (one["state"], one["exit"], one["nodes"]) == ("COMPLETED", "0:0", "node[1-2]")
     assert two["state"] == "COMPLETED" and two["start"] >= one["end"], (one, two)  # never both at once
@@ -255,11 +261,30 @@ def test_slurms_health_check_drains_a_node_whose_gpu_has_a_pending_row_remap(slu
         assert reason.startswith("pycli health: GPU 0") and "row remap" in reason, reason
     finally:
         container.exec_run(["rm", "-f", stand_in])
-    # Healthy again: the health check resumes what it drained (an admin's drain would stay).
+    # Healthy again: the health check resumes what it drained.
     deadline = time.monotonic() + interval + 60
     while "drain" in sinfo()["node2"][0]:
         assert time.monotonic() < deadline, sinfo()["node2"]
         time.sleep(2)
+    # A person's drain is theirs: a failed check keeps its reason, a passed one does not resume it.
+    # (The health check run by hand, as slurmd runs it each interval.)
+    drained = run_pycli("drain", "node2", "--reason", "DIMM replacement", "-i", str(slurm_cluster))
+    assert drained.returncode == 0, drained.stdout + drained.stderr
+    try:
+        container.put_archive("/usr/local/bin", data.getvalue())
+        code, said = node_run("node2", "/usr/local/sbin/pycli-slurm-health")
+        assert code == 1 and "drained already: " in said and "DIMM replacement; left so" in said, said
+        assert "DIMM replacement" in sinfo()["node2"][2] and "pycli health" not in sinfo()["node2"][2]
+        container.exec_run(["rm", "-f", stand_in])
+        code, said = node_run("node2", "/usr/local/sbin/pycli-slurm-health")
+        assert code == 0, said
+        state, _, reason = sinfo()["node2"]
+        assert "drain" in state and "DIMM replacement" in reason and "pycli health" not in reason, (state, reason)
+    finally:
+        container.exec_run(["rm", "-f", stand_in])
+        back = run_pycli("undrain", "node2", "-i", str(slurm_cluster))
+    assert back.returncode == 0, back.stdout + back.stderr
+    wait_for_state("node2", "idle")
 
 
 def test_secrets_stay_secret(slurm_cluster):
@@ -296,6 +321,29 @@ def test_slurm_runs_the_node_gate_as_health_check_prolog_and_epilog(slurm_cluste
         assert re.search(rf"^{key}\s+= /usr/local/sbin/{program}$", config, re.M), f"{key} is not {program}"
 
 
+def _node2_in_slurm_conf() -> None:
+    code, conf = node_run("node1", "cat", "/etc/slurm/slurm.conf")
+    assert code == 0 and re.search(r"(?m)^NodeName=node2 ", conf), conf
+    assert re.search(r"(?m)^PartitionName=\S+ Nodes=node1,node2 ", conf), conf
+
+
+def test_a_run_that_leaves_node2_out_keeps_it_and_its_job(slurm_cluster):
+    """`--limit node1 --tags slurm` while a job runs on node2: slurm.conf keeps node2's line (a
+    file without it restarted slurmctld without node2, and its job ended NODE_FAIL)."""
+    code, out = node_run("node1", "sbatch", "--parsable", "-w", "node2", "-J", "on-node2", "--wrap", "sleep 30")
+    assert code == 0, out
+    job = out.strip().split(";")[0]
+    deadline = time.monotonic() + 60
+    while node_run("node1", "squeue", "-h", "-j", job, "-o", "%T")[1].strip() != "RUNNING":
+        assert time.monotonic() < deadline, node_run("node1", "squeue", "-j", job)[1]
+        time.sleep(1)
+    run = run_pycli("provision", str(slurm_cluster), "--limit", "node1", "--tags", "slurm", timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "note: Slurm: node2 not reached; kept in slurm.conf as it was" in run.stdout
+    _node2_in_slurm_conf()
+    assert sacct(job)["state"] == "COMPLETED"
+
+
 def test_a_node_down_while_the_slurm_role_runs_stops_only_itself(slurm_cluster, tmp_path):
     from tests.integration.test_node_down import DEAD_NODE_ENV, _bring_back, _container, _recap
 
@@ -308,6 +356,8 @@ def test_a_node_down_while_the_slurm_role_runs_stops_only_itself(slurm_cluster, 
         assert _recap(runs) == {"node1": "ok", "node2": "UNREACHABLE"}
         assert "node2 unreachable" in down.stdout + down.stderr
         assert sinfo()["node1"][0] == "idle"  # the controller went on without it
+        _node2_in_slurm_conf()  # and kept node2, which is down, not gone
+        assert "node2" in sinfo()
     finally:
         _bring_back(slurm_cluster)
         back = run_pycli("provision", str(slurm_cluster), "--tags", "slurm", timeout=1800)

@@ -114,18 +114,22 @@ def test_watch_lines():
 
 
 SACCT = """\
-2|pycli-mnist|root|COMPLETED|0:0|2026-11-26T12:40:01|2026-11-26T12:40:01|00:00:41|node[1-2]|None
-3|pycli-mnist|root|CANCELLED by 0|0:0|2026-11-26T12:41:00|2026-11-26T12:41:02|00:00:09|node[1-2]|None
-4|pycli-ddp|alice|FAILED|1:0|2026-11-26T12:42:00|2026-11-26T12:42:01|00:00:05|node1|NonZeroExitCode
-5|hostname|root|PENDING|0:0|2026-11-26T12:43:00|Unknown|00:00:00|None assigned|Resources
+2|root|COMPLETED|0:0|2026-11-26T12:40:01|2026-11-26T12:40:01|00:00:41|node[1-2]|None|pycli-mnist
+3|root|CANCELLED by 0|0:0|2026-11-26T12:41:00|2026-11-26T12:41:02|00:00:09|node[1-2]|None|pycli-mnist
+4|alice|FAILED|1:0|2026-11-26T12:42:00|2026-11-26T12:42:01|00:00:05|node1|NonZeroExitCode|pycli-ddp
+5|root|PENDING|0:0|2026-11-26T12:43:00|Unknown|00:00:00|None assigned|Resources|hostname
+6|eve|RUNNING|0:0|2026-11-26T12:44:00|2026-11-26T12:44:01|00:00:03|node2|None|a|b\x1b[2Jc
 """
 
 
 def test_sacct_lines():
     jobs = slurm.parse_sacct(SACCT)
     assert [(j.job_id, j.state, j.exit_code, j.finished) for j in jobs] == [
-        ("2", "COMPLETED", 0, True), ("3", "CANCELLED", 0, True), ("4", "FAILED", 1, True), ("5", "PENDING", 0, False)]
+        ("2", "COMPLETED", 0, True), ("3", "CANCELLED", 0, True), ("4", "FAILED", 1, True), ("5", "PENDING", 0, False),
+        ("6", "RUNNING", 0, False)]
     assert jobs[2].user == "alice" and jobs[2].nodes == "node1" and jobs[0].elapsed == "00:00:41"
+    # A "|" in a name is part of it, and an escape sequence never reaches the terminal.
+    assert (jobs[4].job_id, jobs[4].name, jobs[4].state) == ("6", "a|b?[2Jc", "RUNNING")
     assert slurm.parse_sacct("garbage\n|||\n") == []
 
 
@@ -147,3 +151,144 @@ def test_drain_and_resume_commands_quote_the_reason():
     assert slurm.drain_command(["node2"], "gpu: Xid 79; it's gone") == (
         "scontrol update nodename=node2 state=drain reason='gpu: Xid 79; it'\"'\"'s gone'")
     assert slurm.resume_command(["node1", "node2"]) == "scontrol update nodename=node1,node2 state=resume"
+
+
+def _fake_squeue(tmp_path, monkeypatch, answers: list[tuple[int, str]]):
+    """`squeue` that gives `answers` in turn (exit code, what it prints), the last one again after."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for i, (code, text) in enumerate(answers):
+        (bin_dir / f"answer{i}").write_text(f"{code}\n{text}")
+    (bin_dir / "squeue").write_text(
+        '#!/bin/bash\nd=$(dirname "$0"); n=$(cat "$d/n" 2>/dev/null || echo 0); f="$d/answer$n"\n'
+        f'[ -f "$f" ] || f="$d/answer{len(answers) - 1}"; echo $((n + 1)) > "$d/n"\n'
+        'code=$(head -n 1 "$f"); text=$(tail -n +2 "$f")\n'
+        '[ "$code" = 0 ] && { [ -n "$text" ] && echo "$text"; exit 0; }; echo "$text" >&2; exit "$code"\n')
+    (bin_dir / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    return bin_dir / "n"
+
+
+DOWN = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
+
+
+def test_the_watch_goes_on_while_slurmctld_does_not_answer_and_ends_on_the_final_state(tmp_path, monkeypatch):
+    """slurmctld restarting under a running job (the role restarts it on every slurm.conf change)."""
+    asked = _fake_squeue(tmp_path, monkeypatch, [
+        (0, "RUNNING|None|node1|node[1-2]"), (1, DOWN), (1, DOWN), (0, "RUNNING|None|node1|node[1-2]"),
+        (0, "COMPLETING|None|node1|node[1-2]"), (0, "COMPLETED|None|node1|node[1-2]"), (0, "")])
+    ran = subprocess.run(["bash", "-c", slurm.watch_command("42", interval_s=0.01)], capture_output=True, text=True,
+                         timeout=60)
+    lines = ran.stdout.splitlines()
+    assert lines == ["@@slurm RUNNING|None|node1|node[1-2]", f"@@slurm-unanswered {DOWN}",
+                     "@@slurm RUNNING|None|node1|node[1-2]", "@@slurm COMPLETING|None|node1|node[1-2]",
+                     "@@slurm COMPLETED|None|node1|node[1-2]", "@@slurm gone"]
+    assert asked.read_text().strip() == "6"  # ended on COMPLETED, not on the failed squeue
+    assert slurm.unanswered(lines[1]) == DOWN and slurm.parse_watch_line(lines[1]) is None
+    assert slurm.unanswered(lines[0]) is None
+
+
+@pytest.mark.parametrize("last", [(0, ""), (1, "slurm_load_jobs error: Invalid job id specified")])
+def test_the_watch_ends_when_slurm_answers_it_no_longer_has_the_job(tmp_path, monkeypatch, last):
+    _fake_squeue(tmp_path, monkeypatch, [(0, "RUNNING|None|node1|node1"), (1, DOWN), last])
+    ran = subprocess.run(["bash", "-c", slurm.watch_command("42", interval_s=0.01)], capture_output=True, text=True,
+                         timeout=60)
+    assert ran.stdout.splitlines()[-1] == "@@slurm gone" and ran.stdout.count("@@slurm-unanswered") == 1
+
+
+def test_the_job_s_output_is_followed_through_a_moment_without_slurmctld(tmp_path, monkeypatch):
+    asked = _fake_squeue(tmp_path, monkeypatch, [(0, "RUNNING"), (1, DOWN), (1, DOWN), (0, "RUNNING"), (0, "")])
+    out = tmp_path / "slurm-42.out"
+    out.write_text("epoch 1\n")
+    ran = subprocess.run(["bash", "-c", slurm.output_command(str(out), "42", interval_s=0.01)], capture_output=True,
+                         text=True, timeout=60)
+    assert ran.returncode == 0 and "epoch 1" in ran.stdout
+    assert asked.read_text().strip() == "5"
+
+
+def test_slurmctld_s_own_record_of_a_job_in_sacct_s_terms():
+    line = ("JobId=42 JobName=pycli-mnist UserId=root(0) GroupId=root(0) JobState=COMPLETED Reason=None "
+            "Dependency=(null) ExitCode=0:0 RunTime=00:00:31 SubmitTime=2026-11-28T18:00:00 "
+            "StartTime=2026-11-28T18:00:01 NodeList=node[1-2] BatchHost=node1")
+    job = slurm.parse_scontrol_job(line + "\n", "42")
+    assert job is not None and job.finished and (job.state, job.exit_code, job.signal, job.nodes, job.user) == (
+        "COMPLETED", 0, 0, "node[1-2]", "root")
+    failed = slurm.parse_scontrol_job(line.replace("COMPLETED", "FAILED").replace("ExitCode=0:0", "ExitCode=3:0"), "42")
+    assert failed is not None and (failed.state, failed.exit_code) == ("FAILED", 3)
+    assert slurm.parse_scontrol_job(line, "43") is None
+    assert slurm.parse_scontrol_job("slurm_load_jobs error: Invalid job id specified", "42") is None
+
+
+def test_a_completed_job_is_a_success_while_slurmdbd_is_down(monkeypatch):
+    """sacct has no record (slurmdbd down): slurmctld's own record says how the job ended."""
+    from types import SimpleNamespace
+
+    from pycli import slurm_jobs
+    from pycli.cluster_model import Host
+    from pycli.nodes import NodeOutput
+
+    asked = []
+
+    def ssh_each(commands, shared=False):
+        ((host, command),) = commands
+        asked.append(command.split()[0])
+        if command.startswith("sacct"):
+            return {host.name: NodeOutput(host.name, 1, stderr="sacct: error: Problem talking to the database")}
+        return {host.name: NodeOutput(host.name, 0, "JobId=42 JobName=pycli-mnist JobState=COMPLETED ExitCode=0:0\n")}
+
+    monkeypatch.setattr(slurm_jobs, "ssh_each", ssh_each)
+    plan = SimpleNamespace(rank0=Host("node1", "10.0.0.1"))
+    job = slurm_jobs.accounted(plan, "42")
+    assert job is not None and job.state == "COMPLETED" and asked == ["sacct", "scontrol"]
+    assert slurm_jobs.ending(job, "42", interrupted=False, time_limit_s=None).code == 0
+
+
+def test_ctrl_c_while_sbatch_submits_cancels_the_job_once_its_id_is_known(monkeypatch, tmp_path):
+    """The SIGINT handler is in place before sbatch (and sbatch's ssh is out of the terminal's
+    reach): the job is never left in the queue unknown to pycli."""
+    import os
+    import signal
+    from pathlib import PurePosixPath
+
+    from pycli import slurm_jobs, train
+    from pycli.cluster_model import Cluster, Host
+    from pycli.launch_lines import NodeLayout
+    from pycli.nodes import NodeOutput
+
+    hosts = (Host("node1", "10.0.0.1", user="root"), Host("node2", "10.0.0.2", user="root"))
+    cluster = Cluster(hosts=hosts, launcher="node1", inventory=tmp_path / "inventory.ini")
+    request = train.JobRequest(np=2, workload="synthetic", scheduler="ssh",
+                               env=("http_proxy=http://alice:s3cret@proxy.example:3128",))
+    plan = train.plan_job(cluster, request, layout=NodeLayout(work_dir=PurePosixPath("/srv/pycli")), job_id="j1")
+    asked: list[str] = []
+
+    def submit(plan, script):
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while sbatch runs
+        return "42"
+
+    class Watch:
+        def __init__(self, host, command, prefix, write):
+            self.looks = 0
+
+        def wait(self, timeout):
+            if "scancel 42" not in asked:
+                raise subprocess.TimeoutExpired("watch", timeout)
+
+        def kill(self):
+            pass
+
+    def ssh_each(commands, shared=False):
+        asked.extend(command for _, command in commands)
+        return {host.name: NodeOutput(host.name, 0) for host, _ in commands}
+
+    monkeypatch.setattr(slurm_jobs, "submit", submit)
+    monkeypatch.setattr(slurm_jobs, "RemoteProcess", Watch)
+    monkeypatch.setattr(slurm_jobs, "ssh_each", ssh_each)
+    monkeypatch.setattr(slurm_jobs, "accounted", lambda plan, job_id: slurm.AccountedJob(
+        job_id, "pycli-synthetic", "root", "CANCELLED", 0, 15, "", "", "", "node[1-2]", ""))
+    said: list[str] = []
+    ended, job_id = slurm_jobs.run_slurm(plan, {}, tmp_path, said.append)
+    assert job_id == "42" and asked[0] == "scancel 42"
+    assert ended.code == 130 and "pycli: cancelling Slurm job 42 (scancel)" in said
+    record = (tmp_path / "job.sbatch").read_text()
+    assert "s3cret" not in record and "proxy.example:3128" in record  # masked as job.txt masks it

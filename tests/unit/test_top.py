@@ -165,8 +165,11 @@ def test_hostlists_expand_as_slurm_writes_them():
     assert expand_hostlist("node[1-3,7],gpu[08-10]") == ["node1", "node2", "node3", "node7", "gpu08", "gpu09", "gpu10"]
     assert expand_hostlist("node1") == ["node1"] and expand_hostlist("(null)") == []
     assert expand_hostlist("rack[1-2]-n[1-2]") == ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]
-    jobs = parse_squeue("7|pycli-train|ann|RUNNING|None|2|node[1-2]|node1\n8|big|bob|PENDING|Resources|4||\n")
-    assert running_jobs_by_node(jobs) == {"node1": ["7"], "node2": ["7"]}
+    jobs = parse_squeue("7|ann|RUNNING|None|2|node[1-2]|node1|pycli-train\n8|bob|PENDING|Resources|4|||big\n"
+                        "9|eve|RUNNING|None|1|node2|node2|x|y\x1b]0;owned\x07\n")
+    # Job 9's name holds a "|" and an escape sequence: it is still job 9, its name made harmless.
+    assert running_jobs_by_node(jobs) == {"node1": ["7"], "node2": ["7", "9"]}
+    assert jobs[2].name == "x|y?]0;owned?"
 
 
 def _inventory(tmp_path: Path, extra: str = "") -> Path:
