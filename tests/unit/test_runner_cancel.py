@@ -51,9 +51,8 @@ def test_ctrl_c_cancels_the_run_and_raises_keyboard_interrupt(tmp_path):
     assert signal.getsignal(signal.SIGINT) is before  # the handler pycli found is back
 
 
-def test_a_cancel_callback_stops_ansible_s_workers_too_and_the_run_says_canceled(tmp_path):
-    """As `pycli provision` cancels: Ansible's workers (sessions of their own) must not go on unseen."""
-    marker = "97.25"
+def _cancel_once_it_sleeps(tmp_path, marker: str) -> None:
+    """A run of `sleep MARKER` cancelled once the sleep runs: it says canceled, and no sleep is left."""
     request = runner.RunRequest(inventory=_local_inventory(tmp_path), pattern="localhost",
                                 module="ansible.builtin.command", module_args=f"sleep {marker}")
     result = runner.run(request, tmp_path / "run", cancel=lambda: bool(_sleepers(marker)))
@@ -62,19 +61,16 @@ def test_a_cancel_callback_stops_ansible_s_workers_too_and_the_run_says_canceled
     while _sleepers(marker) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _sleepers(marker)
+
+
+def test_a_cancel_callback_stops_ansible_s_workers_too_and_the_run_says_canceled(tmp_path):
+    """As `pycli provision` cancels: Ansible's workers (sessions of their own) must not go on unseen."""
+    _cancel_once_it_sleeps(tmp_path, "97.25")
 
 
 def test_workers_that_ansible_leaves_behind_are_ended_when_the_run_is_canceled(tmp_path, monkeypatch):
     """Should Ansible never pass the cancel on to its workers (its SIGINT lost, or Ansible killed
     at the end of the grace), what they started must still end with the run, not go on unseen."""
-    marker = "97.125"
     monkeypatch.setattr(runner, "_ansible_children", lambda: [])  # the SIGINT reaches no one
     monkeypatch.setattr(runner, "CANCEL_GRACE_S", 1)  # then ansible-runner SIGKILLs Ansible's group
-    request = runner.RunRequest(inventory=_local_inventory(tmp_path), pattern="localhost",
-                                module="ansible.builtin.command", module_args=f"sleep {marker}")
-    result = runner.run(request, tmp_path / "run", cancel=lambda: bool(_sleepers(marker)))
-    assert result.status == "canceled"
-    deadline = time.monotonic() + 10
-    while _sleepers(marker) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not _sleepers(marker)
+    _cancel_once_it_sleeps(tmp_path, "97.125")
