@@ -75,3 +75,33 @@ def test_a_node_s_description_holds_each_host_key_as_type_and_key_in_the_role_s_
             for key, value in task["ansible.builtin.set_fact"]["_ssh_trust_node"].items()}
     assert node == {"names": ["node1"], "addresses": ["10.0.0.1"], "nodename": "node1.cluster.example",
                     "keys": ["ssh-ed25519 AAAAC3ed", "ssh-rsa AAAAB3rsa"]}
+
+
+def test_the_cluster_s_name_is_the_one_its_nodes_recorded_so_a_moved_inventory_keeps_it():
+    recorded = {"node1": {"ansible_local": {"ssh_trust": {"cluster": "prod-3f4a1b2c"}}}, "node2": {}}
+    moved = {"inventory_file": "/elsewhere/renamed.ini", "ansible_play_hosts_all": ["node1", "node2"]}
+    assert _render("ssh_trust_cluster_name", hostvars=recorded, **moved) == "prod-3f4a1b2c"
+    # The first run: nothing recorded yet, the name made from the inventory's path as before.
+    fresh = _render("ssh_trust_cluster_name", hostvars={"node1": {}, "node2": {}}, **moved)
+    assert fresh.startswith("renamed-") and len(fresh) == len("renamed-") + 8
+    # The inventory's own choice wins (preflight refuses it where the nodes recorded another).
+    assert _render("ssh_trust_cluster_name", hostvars=recorded, pycli_cluster_name="lab", **moved) == "lab"
+
+
+def test_a_run_naming_the_cluster_otherwise_than_its_nodes_is_refused_in_one_message():
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    tasks = yaml.safe_load((ROLE / "tasks" / "preflight.yml").read_text())
+    (task,) = [t for t in tasks if t["name"] == "Check the nodes belong to the cluster this run names"]
+    hostvars = {"node1": {"ansible_local": {"ssh_trust": {"cluster": "prod-3f4a1b2c"}}}, "node2": {}}
+    for name, passes in (("prod-3f4a1b2c", True), ("another", False)):
+        variables = {"hostvars": hostvars, "ansible_play_hosts_all": ["node1", "node2"], "ssh_trust_cluster_name": name}
+        variables.update({k: trust_as_template(v) for k, v in task["vars"].items()})
+        templar = Templar(loader=DataLoader(), variables=variables)
+        assert templar.template(trust_as_template("{{ " + task["ansible.builtin.assert"]["that"] + " }}")) is passes
+        # Ansible resolves the message whether or not the assert fails: it must render in both cases.
+        templar.template(trust_as_template(task["ansible.builtin.assert"]["fail_msg"]))
+    said = " ".join(templar.template(trust_as_template(task["ansible.builtin.assert"]["fail_msg"])).split())
+    assert said.startswith("These nodes were set up as cluster prod-3f4a1b2c (node1: prod-3f4a1b2c), and this run names it another")
+    assert "Set pycli_cluster_name=prod-3f4a1b2c" in said
