@@ -326,9 +326,18 @@ def _node2_in_slurm_conf() -> None:
     assert re.search(r"(?m)^PartitionName=\S+ Nodes=node1,node2 ", conf), conf
 
 
-def test_a_run_that_leaves_node2_out_keeps_it_and_its_job(slurm_cluster):
-    """`--limit node1 --tags slurm` while a job runs on node2: slurm.conf keeps node2's line (a
-    file without it restarted slurmctld without node2, and its job ended NODE_FAIL)."""
+def test_a_moved_inventory_and_a_run_that_leaves_node2_out_keep_the_cluster_and_node2_s_job(slurm_cluster, tmp_path):
+    """One run for two faults of a shared cluster. The inventory moved and renamed, written by hand
+    (no local cluster's name in it): the cluster's name is the one its nodes recorded, so its
+    munge key, database password and ClusterName stay. `--limit node1 --tags slurm` while a job
+    runs on node2: slurm.conf keeps node2's line (a file without it restarted slurmctld without
+    node2, and its job ended NODE_FAIL). So nothing changes at all, and the job completes. A run
+    naming the cluster otherwise is refused in one line."""
+    moved = tmp_path / "elsewhere" / "renamed.ini"
+    moved.parent.mkdir()
+    text = slurm_cluster.read_text()
+    assert "\npycli_local_cluster=" in text
+    moved.write_text("".join(line for line in text.splitlines(keepends=True) if not line.startswith("pycli_local_cluster=")))
     code, out = node_run("node1", "sbatch", "--parsable", "-w", "node2", "-J", "on-node2", "--wrap", "sleep 30")
     assert code == 0, out
     job = out.strip().split(";")[0]
@@ -336,30 +345,18 @@ def test_a_run_that_leaves_node2_out_keeps_it_and_its_job(slurm_cluster):
     while node_run("node1", "squeue", "-h", "-j", job, "-o", "%T")[1].strip() != "RUNNING":
         assert time.monotonic() < deadline, node_run("node1", "squeue", "-j", job)[1]
         time.sleep(1)
-    run = run_pycli("provision", str(slurm_cluster), "--limit", "node1", "--tags", "slurm", timeout=900)
+    runs = tmp_path / "runs"
+    run = run_pycli("provision", str(moved), "--limit", "node1", "--tags", "slurm", env={"PYCLI_RUNS": str(runs)},
+                    timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert "note: Slurm: node2 not reached; kept in slurm.conf as it was" in run.stdout
+    assert changed_tasks(runs) == [], run.stdout[-3000:]
     _node2_in_slurm_conf()
-    assert sacct(job)["state"] == "COMPLETED"
-
-
-def test_the_inventory_moved_and_provisioned_again_keeps_the_cluster(slurm_cluster, tmp_path):
-    """The same cluster through its inventory moved and renamed, written by hand (no local
-    cluster's name in it): its name is the one the nodes recorded, so its munge key, database
-    password and ClusterName stay, and nothing changes; naming it otherwise is refused in one line."""
-    moved = tmp_path / "elsewhere" / "renamed.ini"
-    moved.parent.mkdir()
-    text = slurm_cluster.read_text()
-    assert "\npycli_local_cluster=" in text
-    moved.write_text("".join(line for line in text.splitlines(keepends=True) if not line.startswith("pycli_local_cluster=")))
-    runs = tmp_path / "runs"
-    again = run_pycli("provision", str(moved), "--tags", "slurm", env={"PYCLI_RUNS": str(runs)}, timeout=900)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
-    assert changed_tasks(runs) == [], again.stdout[-3000:]
-    other = run_pycli("provision", str(moved), "--tags", "slurm", "-e", "pycli_cluster_name=another",
+    other = run_pycli("provision", str(moved), "--limit", "node1", "--tags", "slurm", "-e", "pycli_cluster_name=another",
                       env={"PYCLI_RUNS": str(tmp_path / "refused")}, timeout=900)
     assert other.returncode != 0
     assert "These nodes were set up as cluster " in other.stdout and "this run names it another" in other.stdout, other.stdout[-3000:]
+    assert sacct(job)["state"] == "COMPLETED"
     assert sinfo()["node1"][0] == "idle"
 
 
