@@ -64,8 +64,17 @@ def transfers(path_part: str) -> list[tuple[str, str]]:
 
 def test_a_package_one_node_fetched_comes_to_the_next_from_the_cache_and_a_changed_copy_is_refused(
         cached_cluster, tmp_path):
+    # nginx stopped on the cache host, whose own apt goes through it, and its package lists an
+    # hour old, so that this run's apt asks the cache: the run repairs the cache first (before,
+    # its apt failed through the stopped cache and nothing could repair it), and changes nothing
+    # else but the lists it refreshed.
+    code, out = node_run("node1", "sh", "-c", "systemctl stop nginx && touch -d '2 hours ago' /var/lib/apt/lists "
+                         "&& { [ ! -e /var/lib/apt/periodic/update-success-stamp ] || "
+                         "touch -d '2 hours ago' /var/lib/apt/periodic/update-success-stamp; }")
+    assert code == 0, out
     provision_package_cache(cached_cluster, tmp_path / "again")
-    assert changed_tasks(tmp_path / "again") == []
+    assert set(changed_tasks(tmp_path / "again")) - {"node1: Install nginx"} == {
+        "node1: Start a stopped cache before this host's apt asks it"}
     for node in ("node1", "node2"):
         code, out = node_run(node, "sh", "-c", f"cd /tmp && rm -f {PROBE}_*.deb && apt-get download -q {PROBE} 2>&1")
         assert code == 0, (node, out)
