@@ -63,6 +63,9 @@ class ProvisionView:
         if kind == "playbook_on_play_start":
             self.play = str(data.get("play") or "")
             return
+        if kind == "playbook_on_stats":
+            runner.collect_host_event({name: view.result for name, view in self.hosts.items()}, event)
+            return
         host = data.get("host")
         if not host:
             return

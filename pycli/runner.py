@@ -239,9 +239,17 @@ def _message(event_data: Mapping[str, object]) -> str:
 
 
 def collect_host_event(hosts: dict[str, HostResult], event: Mapping[str, object]) -> None:
-    """Fold one ansible-runner event into the per-host results."""
-    kind = HOST_EVENTS.get(str(event.get("event")))
+    """Fold one ansible-runner event into the per-host results. A failure that a block's rescue
+    took up is an event like any other failure; the run's closing stats say which were rescued, and
+    a host whose failures all were has none."""
     data = event.get("event_data")
+    if event.get("event") == "playbook_on_stats" and isinstance(data, Mapping):
+        rescued, failures = data.get("rescued") or {}, data.get("failures") or {}
+        for host, result in hosts.items():
+            if rescued.get(host):
+                result.failed = int(failures.get(host) or 0)
+        return
+    kind = HOST_EVENTS.get(str(event.get("event")))
     host = data.get("host") if isinstance(data, Mapping) else None
     if not kind or not host or not isinstance(data, Mapping):
         return

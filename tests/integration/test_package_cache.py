@@ -40,7 +40,10 @@ def cached_cluster(provisioned_cluster, tmp_path_factory):
     """The shared cluster's inventory with group package_cache (node1); the setting taken back afterwards."""
     folder = tmp_path_factory.mktemp("package-cache")
     inventory = folder / "cached.ini"
-    inventory.write_text(provisioned_cluster.read_text() + "\n[package_cache]\nnode1\n")
+    # node1's own address is a repository of this site's (test_apt_refuses_through_the_cache_...).
+    node1 = _address(provisioned_cluster, "node1")
+    inventory.write_text(provisioned_cluster.read_text() + "\n[package_cache]\nnode1\n"
+                         f"\n[all:vars]\npackage_cache_repositories=[\"{node1}\"]\n")
     provision_package_cache(inventory, folder / "runs-first")
     yield inventory
     provision_package_cache(provisioned_cluster, folder / "runs-without")
@@ -82,6 +85,21 @@ def test_a_package_one_node_fetched_comes_to_the_next_from_the_cache_and_a_chang
     node1, node2 = _address(cached_cluster, "node1"), _address(cached_cluster, "node2")
     # One fetch from Debian's mirror (node1's miss), then node2's copy straight from the cache (a hit).
     assert found == [("MISS", node1), ("HIT", node2)], found
+
+    # Nothing but a repository through the cache: not the cloud's metadata address, not the cache host
+    # itself, not another node's port, not a host no source names (plain or over TLS).
+    node2_web = f"http://{node2}/"
+    refused = ["http://169.254.169.254/latest/meta-data/", "http://127.0.0.1:22/", node2_web,
+               "http://example.com/", "http://HTTPS///169.254.169.254/latest/", "http://HTTPS///example.com/x"]
+    fetch = ("import sys, urllib.request as u, urllib.error as e\n"
+             f"o = u.build_opener(u.ProxyHandler({{'http': 'http://{node1}:3142'}}))\n"
+             "for url in sys.argv[1:]:\n"
+             "    try: print(o.open(url, timeout=10).status, url)\n"
+             "    except e.HTTPError as x: print(x.code, url)\n")
+    code, out = node_run("node2", "python3", "-c", fetch, *refused)
+    assert code == 0 and out.split() == [w for url in refused for w in ("403", url)], out
+    assert not [line for line in node_run("node1", "cat", CACHE_LOG)[1].splitlines()
+                if " 403 " not in line and ("169.254" in line or "example.com" in line or "127.0.0.1:22" in line)]
 
     # A cache that hands out a changed file: the same size, other bytes. apt checks the hash the signed
     # index gives and refuses it.
@@ -168,3 +186,28 @@ def test_apt_refuses_through_the_cache_what_its_keyring_does_not_sign(cached_clu
         node_run("node2", "rm", "-rf", source, "/etc/apt/keyrings/pycli-cache-test", "/tmp/pycli-cache-probe_1.0_all.deb")
         node_run("node1", "sh", "-c", "pkill -f 'http.server 80'; rm -rf /srv/pycli-cache-test")
         node_run("node2", "apt-get", "update", "-qq")
+
+
+def test_a_node_whose_cache_does_not_answer_stops_in_one_line_or_where_the_site_allows_goes_direct(
+        cached_cluster, tmp_path):
+    """nginx stopped on node1, and a run of node2 alone (nothing in it starts the cache again)."""
+    assert node_run("node1", "systemctl", "stop", "nginx")[0] == 0
+    try:
+        def node2_alone(*more: str) -> subprocess.CompletedProcess:
+            return run_pycli("provision", str(cached_cluster), "--tags", "package_cache", "--limit", "node2",
+                             "-e", "package_cache_wait_seconds=3", *more, env={"PYCLI_RUNS": str(tmp_path)}, timeout=600)
+
+        stopped = node2_alone()
+        assert stopped.returncode == 1, stopped.stdout[-3000:]
+        assert "does not answer from node2 within 3 s" in stopped.stdout, stopped.stdout[-3000:]
+        direct = node2_alone("-e", "package_cache_go_direct=true")
+        assert direct.returncode == 0, direct.stdout[-3000:]
+        assert "fetched straight from the repositories this run (package_cache_go_direct)" in direct.stdout
+        assert node_run("node2", "test", "-e", APT_CONF)[0] == 1, "node2's apt still goes through the stopped cache"
+        code, out = node_run("node2", "sh", "-c", f"cd /tmp && rm -f {PROBE}_*.deb && apt-get download -q {PROBE} 2>&1")
+        assert code == 0, out
+    finally:
+        node_run("node1", "systemctl", "start", "nginx")
+    # The next run that finds the cache answering sends node2's apt through it again.
+    provision_package_cache(cached_cluster, tmp_path / "back")
+    assert node_run("node2", "test", "-e", APT_CONF)[0] == 0

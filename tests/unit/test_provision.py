@@ -239,6 +239,15 @@ def test_a_host_that_never_reached_the_end_of_site_yml_is_incomplete_not_ok():
     assert exit_code("successful", view) == 1
 
 
+def test_a_host_whose_failure_a_rescue_took_up_ends_ok():
+    view = ProvisionView(["n1", "n2"], clock=Clock(), end_task=END_TASK)
+    for host in ("n1", "n2"):
+        view.handle(ev("runner_on_failed", host, task="Wait for the cache's port", res={"msg": "Timeout"}))
+        view.handle(ev("runner_on_ok", host, task=END_TASK, res={}))
+    view.handle(ev("playbook_on_stats", rescued={"n1": 1}, failures={"n2": 1}))
+    assert view.states() == {"n1": "ok", "n2": "FAILED"}
+
+
 def test_a_playbook_without_the_end_task_has_no_incomplete_hosts():
     view = ProvisionView(["n1"], clock=Clock())
     view.handle(ev("runner_on_ok", "n1", task="ping", res={}))

@@ -62,6 +62,17 @@ def test_events_fold_into_per_host_counts_and_messages():
     assert hosts["n3"].unreachable and "connect refused" in hosts["n3"].messages[0]
 
 
+def test_a_failure_a_rescue_took_up_is_no_failure_once_the_stats_say_so():
+    """A block's rescue (the package cache's fall-back to the repositories) recovers the host."""
+    hosts: dict[str, HostResult] = {}
+    for host in ("n1", "n2"):
+        collect_host_event(hosts, _event("runner_on_failed", host, res={"msg": "Timeout when waiting for 10.0.0.1:3142"}))
+    collect_host_event(hosts, _event("runner_on_failed", "n2", res={"msg": "a later failure"}))
+    collect_host_event(hosts, {"event": "playbook_on_stats",
+                               "event_data": {"rescued": {"n1": 1, "n2": 1}, "failures": {"n2": 1}}})
+    assert hosts["n1"].failed == 0 and hosts["n2"].failed == 1
+
+
 def test_a_failed_command_is_told_by_its_stderr_and_a_failed_loop_by_its_failed_item():
     hosts: dict[str, HostResult] = {}
     collect_host_event(hosts, _event("runner_on_failed", "n1", res={
