@@ -212,7 +212,7 @@ def _ssh_all(commands: Sequence[tuple[Host, str]], timeout_s: float, shared: boo
             why_not = b""
         except subprocess.TimeoutExpired:
             _end(host, proc)
-            out, err = proc.communicate()
+            out, err = _leftover_output(host, proc, shared)
             why_not = f"\nno answer within {timeout_s:g} s".encode()
         answers[name] = NodeOutput(name, proc.returncode, _text(out), _text(err + why_not))
 
@@ -234,6 +234,23 @@ def _ssh_all(commands: Sequence[tuple[Host, str]], timeout_s: float, shared: boo
             _end(host, proc)
         raise
     return {name: answers[name] for name in started}
+
+
+def _leftover_output(host: Host, proc: subprocess.Popen, shared: bool) -> tuple[bytes, bytes]:
+    """What a command killed for its timeout had written. Through a kept connection the output
+    pipes are not the killed ssh's alone: it handed them to the connection's master, which keeps
+    them open until the node answers or its keepalives run out (a minute for a frozen node).
+    That master is closed first, and the pipes are read for a moment at most."""
+    if shared:
+        close_shared_connection(host)
+    try:
+        return proc.communicate(timeout=2)
+    except subprocess.TimeoutExpired:
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        proc.wait()
+        return b"", b""
 
 
 def _text(output: bytes) -> str:

@@ -127,6 +127,21 @@ def test_prometheus_scrapes_both_nodes_and_a_second_run_changes_nothing(monitore
     for node in frame["nodes"]:
         assert node["up"] and node["mem_total_bytes"] == memory[node["name"]], node
         assert 0 <= node["mem_used_bytes"] < node["mem_total_bytes"] and node["age_s"] < 3 * INTERVAL_S
+    # A frozen node (the kernel answers TCP, nothing above it does: a hung driver looks so) is down
+    # within the frame's timeout, its kept connection from the frame above included. Before, the
+    # frame waited out that connection's keepalives: 72 s.
+    container = docker.from_env().containers.get(f"pycli-{CLUSTER}-node2")
+    container.pause()
+    try:
+        started = time.monotonic()
+        frame = top_frame(monitored, "--timeout", "5")
+        took = time.monotonic() - started
+    finally:
+        container.unpause()
+    print(f"\npycli top --once --timeout 5 with node2 frozen: {took:.1f} s")
+    assert took < 5 + 10, f"pycli top took {took:.1f} s with node2 frozen, its --timeout 5"
+    assert frame["source"] == "prometheus" and frame["nodes"][0]["up"], frame
+    assert not frame["nodes"][1]["up"] and "no answer within 5 s" in frame["nodes"][1]["why"], frame["nodes"][1]
     again = run_pycli("provision", str(monitored), "--tags", "monitoring", timeout=1800)
 
     assert again.returncode == 0, again.stdout[-4000:]
