@@ -245,9 +245,9 @@ def collect_host_event(hosts: dict[str, HostResult], event: Mapping[str, object]
     data = event.get("event_data")
     if event.get("event") == "playbook_on_stats" and isinstance(data, Mapping):
         rescued, failures = data.get("rescued") or {}, data.get("failures") or {}
-        for host, result in hosts.items():
-            if rescued.get(host):
-                result.failed = int(failures.get(host) or 0)
+        for name, counted in hosts.items():
+            if rescued.get(name):
+                counted.failed = int(failures.get(name) or 0)
         return
     kind = HOST_EVENTS.get(str(event.get("event")))
     host = data.get("host") if isinstance(data, Mapping) else None
