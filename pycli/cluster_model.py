@@ -58,7 +58,11 @@ INTERFACE_VAR = "pycli_network_interface"
 SHARED_CPUS_VAR = "pycli_nodes_share_cpus"
 # How many job folders (and staged files) a node keeps (pycli.job_files).
 JOBS_KEPT_VAR = "pycli_jobs_kept"
-SETTINGS_VARS = (VENV_VAR, WORK_DIR_VAR, INTERFACE_VAR, SHARED_CPUS_VAR, JOBS_KEPT_VAR)
+# The cluster's name, the first one set (the roles take the same: ssh_trust_cluster_name): the
+# inventory's own, else a local cluster's (`pycli cluster up` writes it).
+CLUSTER_NAME_VAR = "pycli_cluster_name"
+LOCAL_CLUSTER_VAR = "pycli_local_cluster"
+SETTINGS_VARS = (VENV_VAR, WORK_DIR_VAR, INTERFACE_VAR, SHARED_CPUS_VAR, JOBS_KEPT_VAR, CLUSTER_NAME_VAR, LOCAL_CLUSTER_VAR)
 # Where Alertmanager posts alerts (role monitoring): checked here, so a bad one is one line
 # before provisioning starts, not a failed play.
 WEBHOOK_VAR = "monitoring_alert_webhook_url"
@@ -133,6 +137,12 @@ class Cluster:
     @property
     def has_slurm(self) -> bool:
         return self.slurm_controller is not None
+
+    @property
+    def name(self) -> str:
+        """The cluster's name as its inventory gives it; "" where it gives none."""
+        return next((str(self.settings[var]).strip() for var in (CLUSTER_NAME_VAR, LOCAL_CLUSTER_VAR)
+                     if str(self.settings.get(var) or "").strip()), "")
 
     @property
     def total_slots(self) -> int:

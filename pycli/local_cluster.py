@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pycli import runner
-from pycli.drained import drained_file
+from pycli.drained import forget_drained
 from pycli.errors import BadInput, PycliError, Unreachable
 from pycli.inventory_writer import write_text_atomically
 from pycli.local_image import ImageSpec, ensure_image
@@ -337,7 +337,7 @@ def _remove(client: docker.DockerClient, name: str, inventory: Path | None, secr
     text = _read_if_there(inventory) if inventory else None
     if inventory and text and INVENTORY_MARKER in text and inventory_owner(text) == name:
         inventory.unlink()
-        drained_file(inventory).unlink(missing_ok=True)  # a new cluster there starts with none drained
+        forget_drained(name, inventory)  # a new cluster there starts with none drained
     if secrets and secrets.exists():
         shutil.rmtree(secrets)
     return removed

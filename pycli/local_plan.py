@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pycli.cluster_model import INTERFACE_VAR, SHARED_CPUS_VAR
+from pycli.cluster_model import INTERFACE_VAR, LOCAL_CLUSTER_VAR, SHARED_CPUS_VAR
 from pycli.errors import BadInput, PycliError
 from pycli.inventory_writer import HostEntry, render_inventory
 from pycli.paths import PROJECT_ROOT, state_dir
@@ -34,7 +34,7 @@ SUBNET_PREFIXES = range(16, 29)
 INVENTORY_HEADER = "pycli local cluster"
 INVENTORY_MARKER = f"# {INVENTORY_HEADER}"
 # The variable of a local cluster's inventory that names the cluster it belongs to.
-OWNER_VARIABLE = "pycli_local_cluster"
+OWNER_VARIABLE = LOCAL_CLUSTER_VAR
 _OWNER_LINE = re.compile(rf"^{OWNER_VARIABLE}=(['\"]?)([^'\"\s]+)\1\s*$", re.MULTILINE)
 
 

@@ -47,7 +47,7 @@ def test_a_drained_node_is_kept_with_its_reason_and_time_until_undrained(state, 
     assert again.since == "2026-11-25T04:00:00Z" and again.reason == "link 11 % of the median"
     assert undrain(loaded(inventory), ["node2", "node3"]) == (["node2"], ["node3"])
     assert loaded(inventory).drained == ()
-    assert drained_file(inventory).parent == state / "drained"
+    assert drained_file(loaded(inventory)).parent == state / "drained"
 
 
 def test_jobs_leave_drained_nodes_out_and_the_launcher_moves_when_it_is_one(state, inventory):
@@ -63,7 +63,25 @@ def test_jobs_leave_drained_nodes_out_and_the_launcher_moves_when_it_is_one(stat
 
 
 def jobs_since(inventory: Path, node: str) -> str:
-    return next(e.since for e in read_drained(inventory) if e.node == node)
+    return next(e.since for e in read_drained(loaded(inventory)) if e.node == node)
+
+
+def test_a_cluster_the_inventory_names_keeps_its_list_when_the_file_moves(state, tmp_path, inventory):
+    """The list follows the cluster's name (pycli_cluster_name, or a local cluster's), not the file's
+    path: a drained node does not go back to work because its inventory was moved or renamed."""
+    drain(loaded(inventory), ["node2"], "PSU swap")  # kept after the path: the file names no cluster yet
+    inventory.write_text(INVENTORY + "\n[nodes:vars]\npycli_cluster_name=lab-a\n")
+    assert [e.node for e in loaded(inventory).drained] == ["node2"]  # the list kept after the path is read
+    drain(loaded(inventory), ["node3"], "fan")  # and moved to the name on its next change
+    assert drained_file(loaded(inventory)) == state / "drained" / "lab-a.cluster.json"
+    assert [p.name for p in (state / "drained").glob("*.json")] == ["lab-a.cluster.json"]
+    moved = tmp_path / "moved" / "renamed.ini"
+    moved.parent.mkdir()
+    inventory.rename(moved)
+    assert [e.node for e in loaded(moved).drained] == ["node2", "node3"]
+    local = tmp_path / "local.ini"
+    local.write_text(INVENTORY + "\n[nodes:vars]\npycli_local_cluster=lab-b\n")
+    assert drained_file(loaded(local)).name == "lab-b.cluster.json" and loaded(local).drained == ()
 
 
 def test_two_inventories_of_one_name_keep_their_own_lists(state, tmp_path, inventory):
@@ -71,7 +89,7 @@ def test_two_inventories_of_one_name_keep_their_own_lists(state, tmp_path, inven
     other.parent.mkdir()
     other.write_text(INVENTORY)
     drain(loaded(inventory), ["node2"], "slow")
-    assert drained_file(inventory) != drained_file(other) and loaded(other).drained == ()
+    assert drained_file(loaded(inventory)) != drained_file(loaded(other)) and loaded(other).drained == ()
 
 
 @pytest.mark.parametrize(("nodes", "reason", "message"), [
@@ -83,11 +101,11 @@ def test_two_inventories_of_one_name_keep_their_own_lists(state, tmp_path, inven
 def test_what_cannot_be_drained_is_bad_input(state, inventory, nodes, reason, message):
     with pytest.raises(BadInput, match=message.replace("(", r"\(").replace(")", r"\)")):
         drain(loaded(inventory), nodes, reason)
-    assert not drained_file(inventory).exists()
+    assert not drained_file(loaded(inventory)).exists()
 
 
 def test_a_damaged_list_is_one_line_naming_it(state, inventory):
-    path = drained_file(inventory)
+    path = drained_file(load_cluster(inventory))
     path.parent.mkdir(parents=True)
     path.write_text('{"drained": [{"node": "node1"}]}')
     with pytest.raises(BadInput, match=f"{path} is not a drained list pycli wrote"):
@@ -146,7 +164,7 @@ def test_two_drains_at_once_both_keep_their_nodes(state, tmp_path):
     for worker in workers:
         worker.join(60)
         assert worker.exitcode == 0
-    assert sorted(e.node for e in read_drained(inventory)) == sorted(names)
+    assert sorted(e.node for e in read_drained(loaded(inventory))) == sorted(names)
 
 
 def test_fencing_drains_every_suspect_even_with_a_reason_longer_than_a_person_may_type(state, inventory):
@@ -158,7 +176,7 @@ def test_fencing_drains_every_suspect_even_with_a_reason_longer_than_a_person_ma
                 "Warning: a GPU's memory bandwidth 1.2 TB/s is below 80% of the expected on GPU 3; " * 2)
     fenced = fence(loaded(inventory), {"node1": long_why, "node2": "every link at most 40% of the median link"})
     assert [e.node for e in fenced] == ["node1", "node2"]
-    kept = {e.node: e.reason for e in read_drained(inventory)}
+    kept = {e.node: e.reason for e in read_drained(loaded(inventory))}
     assert set(kept) == {"node1", "node2"}
     assert len(kept["node1"]) <= MAX_REASON and kept["node1"].startswith("pycli check --deep: dcgmi diag: Warning")
     assert kept["node1"].endswith("(all of it in check.json)")
