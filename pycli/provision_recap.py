@@ -34,7 +34,8 @@ def host_state(*, unreachable: bool, failed: bool, through: bool | None) -> str:
 
 def write_recap(run_dir: Path, cluster: Cluster, states: Mapping[str, str]) -> Path:
     path = run_dir / RECAP_FILE
-    record = versioned(RECAP, {"inventory": str(cluster.inventory_path.resolve()), "hosts": dict(states)})
+    record = versioned(RECAP, {"inventory": str(cluster.inventory_path.resolve()), "cluster": cluster.name,
+                               "hosts": dict(states)})
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path
 
@@ -47,8 +48,9 @@ def _recaps(runs: Path) -> list[Path]:
 
 
 def last_unfinished(cluster: Cluster, runs: Path) -> tuple[Path, list[str]]:
-    """The newest provisioning run of this inventory under `runs`, and its hosts that did not
-    end `ok` (in inventory order, only those still in the inventory).
+    """The newest provisioning run of this inventory under `runs` (of this cluster, where the
+    inventory names it: the file may have moved since), and its hosts that did not end `ok` (in
+    inventory order, only those still in the inventory).
 
     The newest recap of this inventory written by a pycli of another recap version is refused
     (BadInput), not passed over for an older one: it would retry hosts that run already did."""
@@ -58,7 +60,7 @@ def last_unfinished(cluster: Cluster, runs: Path) -> tuple[Path, list[str]]:
             record = load_json_object(path)
         except (OSError, ValueError):
             continue  # a damaged file: nobody's record
-        if record.get("inventory") != wanted:
+        if record.get("inventory") != wanted and not (cluster.name and record.get("cluster") == cluster.name):
             continue
         require_known_version(RECAP, record, path)
         states = record.get("hosts")

@@ -322,6 +322,21 @@ def test_retry_takes_the_unfinished_hosts_of_the_newest_run_of_that_inventory(tm
     assert last_unfinished(cluster, runs) == (runs / "20260102-000000-provision", ["node2"])
 
 
+def test_retry_after_the_inventory_moved_takes_the_runs_of_the_cluster_it_names(tmp_path):
+    from dataclasses import replace
+
+    from pycli.provision_recap import write_recap
+
+    first = replace(read_from(tmp_path / "hosts.ini"), settings={"pycli_cluster_name": "lab-a"})
+    runs = tmp_path / "runs"
+    (runs / "20260101-000000-provision").mkdir(parents=True)
+    write_recap(runs / "20260101-000000-provision", first, {"node1": "ok", "node2": "UNREACHABLE"})
+    moved = replace(first, inventory=tmp_path / "moved.ini")
+    assert last_unfinished(moved, runs) == (runs / "20260101-000000-provision", ["node2"])
+    with pytest.raises(BadInput, match="no earlier 'pycli provision'"):  # a file that names no cluster: its path
+        last_unfinished(replace(moved, settings={}), runs)
+
+
 def test_retry_without_an_earlier_run_is_one_line(tmp_path):
     with pytest.raises(BadInput, match=r"^--retry: no earlier 'pycli provision' of .*hosts.ini under"):
         last_unfinished(read_from(tmp_path / "hosts.ini"), tmp_path / "runs")
