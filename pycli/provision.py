@@ -104,6 +104,21 @@ def unfinished_line(view: ProvisionView, cluster: Cluster) -> str:
     return f"not finished: {named}; once fixed, 'pycli provision {cluster.inventory_path} --retry' runs on just these"
 
 
+def drain_again(cluster: Cluster, request: ProvisionRequest, view: ProvisionView, say) -> None:
+    """pycli's drained list, set in Slurm again once a run has been through the slurm role on the
+    controller: whatever Slurm lost of it (a node it forgot, a state file gone), the list stands."""
+    from pycli.slurm_jobs import set_drained
+
+    ran_slurm = ((request.tags is None or "slurm" in request.tags.split(","))
+                 and "slurm" not in (request.skip_tags or "").split(",") and request.playbook in ENDS_WITH_RECAP)
+    controller = cluster.slurm_controller
+    if (not cluster.drained or not ran_slurm or request.check or controller not in view.hosts
+            or view.state(controller) != OK):
+        return
+    set_drained(cluster, {entry.node: entry.reason for entry in cluster.drained}, say,
+                said="pycli's drained list, set again after provisioning")
+
+
 def provision(cluster: Cluster, request: ProvisionRequest, console: Console | None = None) -> int:
     """Apply the playbook to the cluster's nodes; return the exit code the design names."""
     console = console or Console(soft_wrap=True)
@@ -141,6 +156,8 @@ def provision(cluster: Cluster, request: ProvisionRequest, console: Console | No
     if end_task:
         write_recap(run_dir, cluster, {name: view.state(name) for name in view.nodes})
     display.show_recap(with_notes=code != EXIT_INTERRUPTED)
+    if code != EXIT_INTERRUPTED:
+        drain_again(cluster, request, view, console.print)
     took = time.monotonic() - started
     if code == EXIT_INTERRUPTED:
         console.print(

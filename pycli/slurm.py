@@ -34,6 +34,10 @@ UNAVAILABLE = ("down", "drained", "draining", "fail", "failing", "future", "inva
                "power_down", "powered_down", "reboot_issued", "unknown")
 FINISHED_STATES = ("BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
                    "PREEMPTED", "TIMEOUT")
+# The job's own processes have ended, and Slurm cleans up after them (the epilog on each node). On
+# a node that stopped answering that takes until Slurm gives the node up (minutes); the job's
+# result is known before: pycli's watch ends here.
+COMPLETING = "COMPLETING"
 
 
 def choose_scheduler(asked: str | None, has_slurm: bool) -> str:
@@ -152,21 +156,22 @@ UNKNOWN_JOB = "Invalid job id specified"
 
 
 def _while_queued(job_id: str, fields: str, on_state: str, on_error: str, interval_s: float) -> str:
-    """A shell loop that runs while Slurm has the job unfinished: each answer of squeue (`-t all`,
-    so a finished job is seen with its final state) is in $s for `on_state`; a failed squeue is in
-    $s for `on_error`, and the loop goes on. It ends only on an answer: the job listed in one of
-    FINISHED_STATES, not listed, or unknown to slurmctld (UNKNOWN_JOB)."""
+    """A shell loop that runs while the job's processes have not ended: each answer of squeue (`-t
+    all`, so a finished job is seen with its final state) is in $s for `on_state`; a failed squeue
+    is in $s for `on_error`, and the loop goes on. It ends only on an answer: the job listed in one
+    of FINISHED_STATES or COMPLETING, not listed, or unknown to slurmctld (UNKNOWN_JOB)."""
     quoted = shlex.quote(job_id)
     return (f"while :; do if s=$(squeue -h -t all -j {quoted} -o '{fields}' 2>&1); then [ -z \"$s\" ] && break; {on_state}; "
-            f"case ${{s%%|*}} in {'|'.join(FINISHED_STATES)}) break;; esac; "
+            f"case ${{s%%|*}} in {'|'.join((*FINISHED_STATES, COMPLETING))}) break;; esac; "
             f"else case $s in *{shlex.quote(UNKNOWN_JOB)}*) break;; esac; {on_error}; fi; sleep {interval_s:g}; done")
 
 
 def watch_command(job_id: str, interval_s: float = 1.0) -> str:
-    """On a node: a line "@@slurm STATE|REASON|BATCHHOST|NODES" at every change while Slurm has the
-    job, "@@slurm-unanswered WHAT-SQUEUE-SAID" when squeue fails (slurmctld restarting: the watch
-    goes on), then "@@slurm gone". Only an answer of Slurm's ends it (_while_queued): a job is
-    never taken for ended, and its processes swept, while slurmctld is away."""
+    """On a node: a line "@@slurm STATE|REASON|BATCHHOST|NODES" at every change while the job's
+    processes run, "@@slurm-unanswered WHAT-SQUEUE-SAID" when squeue fails (slurmctld restarting:
+    the watch goes on), then "@@slurm gone". Only an answer of Slurm's ends it (_while_queued): a
+    job is never taken for ended, and its processes swept, while slurmctld is away. Its last line
+    before "gone" is COMPLETING where Slurm still cleans up, NODES the nodes it waits for."""
     return ("last=; " + _while_queued(
         job_id, "%T|%r|%B|%N",
         on_state='[ "$s" != "$last" ] && echo "@@slurm $s" && last=$s',
@@ -274,16 +279,21 @@ def scontrol_job_command(job_id: str) -> str:
 
 
 def parse_scontrol_job(stdout: str, job_id: str) -> AccountedJob | None:
-    """The job of a scontrol_job_command answer, in sacct's terms; None where it is not there."""
+    """The job of a scontrol_job_command answer, in sacct's terms; None where it is not there.
+    A COMPLETING job (its processes ended, Slurm's clean-up not yet) is COMPLETED or FAILED by its
+    exit code, as sacct will have it."""
     for line in stdout.splitlines():
         values = dict(re.findall(r"(\w+)=(\S*)", line))
         if values.get("JobId") != job_id:
             continue
         code, _, signal = values.get("ExitCode", "").partition(":")
+        exit_code, signal_number = int(code) if code.isdigit() else 0, int(signal) if signal.isdigit() else 0
+        state = values.get("JobState", "")
+        if state == COMPLETING:
+            state = "FAILED" if exit_code or signal_number else "COMPLETED"
         return AccountedJob(
             job_id=job_id, name=printable(values.get("JobName", "")), user=values.get("UserId", "").split("(")[0],
-            state=values.get("JobState", ""), exit_code=int(code) if code.isdigit() else 0,
-            signal=int(signal) if signal.isdigit() else 0, submit=values.get("SubmitTime", ""),
+            state=state, exit_code=exit_code, signal=signal_number, submit=values.get("SubmitTime", ""),
             start=values.get("StartTime", ""), elapsed=values.get("RunTime", ""), nodes=values.get("NodeList", ""),
             reason=values.get("Reason", ""))
     return None

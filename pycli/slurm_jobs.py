@@ -25,7 +25,7 @@ from pycli.drained import stamp
 from pycli.errors import EXIT_FAILED, EXIT_INTERRUPTED, PycliError
 from pycli.job_processes import STOP_GRACE_S, JobExit
 from pycli.launch_lines import TORCHRUN_RDZV_ID_ENV, JobPlan, launch_commands
-from pycli.nodes import RemoteProcess, ssh_each, ssh_stream
+from pycli.nodes import SSH_TIMEOUT_S, RemoteProcess, ssh_each, ssh_stream
 
 SCRIPT_NAME = "job.sbatch"
 # sacct can lag slurmctld by a moment (slurmdbd is told asynchronously): how long to ask.
@@ -204,7 +204,18 @@ def _submit_and_watch(plan: JobPlan, script: str, path: Path, run_dir: Path, wri
         answers = ssh_each([(host, f"cat {out_file} 2>/dev/null") for host in plan.hosts], shared=True)
         for line in next((a.stdout for a in answers.values() if a.ok and a.stdout), "").splitlines():
             write(line)
-    return ending(accounted(plan, job_id), job_id, interrupted.is_set(), time_limit_s), job_id
+    ended = ending(accounted(plan, job_id), job_id, interrupted.is_set(), time_limit_s)
+    if last and last[-1].state == slurm.COMPLETING and (lost := unanswering(plan, slurm.expand_hostlist(last[-1].nodes))):
+        ended = replace(ended, why=f"{ended.why}; {', '.join(lost)} lost (no answer over SSH; Slurm ends the job "
+                                   "there once it gives the node up)", lost=True)
+    return ended, job_id
+
+
+def unanswering(plan: JobPlan, nodes: list[str]) -> list[str]:
+    """Those of the job's `nodes` (Slurm still cleaning up there) that do not answer over SSH."""
+    hosts = [host for host in plan.hosts if host.name in nodes]
+    answers = ssh_each([(host, "true") for host in hosts], SSH_TIMEOUT_S, shared=True) if hosts else {}
+    return [name for name, answer in answers.items() if not answer.ok]
 
 
 def _controller(cluster: Cluster) -> Host:
@@ -212,7 +223,8 @@ def _controller(cluster: Cluster) -> Host:
     return next(host for host in cluster.hosts if host.name == cluster.slurm_controller)
 
 
-def set_drained(cluster: Cluster, reasons: dict[str, str], say: Callable[[str], None]) -> None:
+def set_drained(cluster: Cluster, reasons: dict[str, str], say: Callable[[str], None],
+                said: str = "running jobs finish; no new job starts there") -> None:
     """Slurm's DRAIN, with each node's reason, set on the controller; a failure is said, not raised
     (pycli's own list is changed already and every pycli command honours it)."""
     if not cluster.has_slurm or not reasons:
@@ -224,7 +236,7 @@ def set_drained(cluster: Cluster, reasons: dict[str, str], say: Callable[[str], 
     command = " && ".join(slurm.drain_command(nodes, reason) for reason, nodes in by_reason.items())
     answer = ssh_each([(controller, command)], shared=True)[controller.name]
     if answer.ok:
-        say(f"Slurm: {', '.join(reasons)} DRAIN (running jobs finish; no new job starts there)")
+        say(f"Slurm: {', '.join(reasons)} DRAIN ({said})")
     else:
         say(f"pycli: Slurm did not drain {', '.join(reasons)} ({answer.why()}); run '{command}' on {controller.name}")
 

@@ -176,16 +176,29 @@ def test_the_watch_goes_on_while_slurmctld_does_not_answer_and_ends_on_the_final
     """slurmctld restarting under a running job (the role restarts it on every slurm.conf change)."""
     asked = _fake_squeue(tmp_path, monkeypatch, [
         (0, "RUNNING|None|node1|node[1-2]"), (1, DOWN), (1, DOWN), (0, "RUNNING|None|node1|node[1-2]"),
-        (0, "COMPLETING|None|node1|node[1-2]"), (0, "COMPLETED|None|node1|node[1-2]"), (0, "")])
+        (0, "COMPLETED|None|node1|node[1-2]"), (0, "")])
     ran = subprocess.run(["bash", "-c", slurm.watch_command("42", interval_s=0.01)], capture_output=True, text=True,
                          timeout=60)
     lines = ran.stdout.splitlines()
     assert lines == ["@@slurm RUNNING|None|node1|node[1-2]", f"@@slurm-unanswered {DOWN}",
-                     "@@slurm RUNNING|None|node1|node[1-2]", "@@slurm COMPLETING|None|node1|node[1-2]",
-                     "@@slurm COMPLETED|None|node1|node[1-2]", "@@slurm gone"]
-    assert asked.read_text().strip() == "6"  # ended on COMPLETED, not on the failed squeue
+                     "@@slurm RUNNING|None|node1|node[1-2]", "@@slurm COMPLETED|None|node1|node[1-2]", "@@slurm gone"]
+    assert asked.read_text().strip() == "5"  # ended on COMPLETED, not on the failed squeue
     assert slurm.unanswered(lines[1]) == DOWN and slurm.parse_watch_line(lines[1]) is None
     assert slurm.unanswered(lines[0]) is None
+
+
+def test_the_watch_ends_once_the_job_s_processes_have_and_slurm_only_cleans_up(tmp_path, monkeypatch):
+    """A node lost under the job: Slurm waits minutes for its epilog (COMPLETING); the job's end is known."""
+    asked = _fake_squeue(tmp_path, monkeypatch, [
+        (0, "RUNNING|None|node1|node[1-2]"), (0, "COMPLETING|NonZeroExitCode|node1|node2"),
+        (0, "COMPLETING|NonZeroExitCode|node1|node2"), (0, "FAILED|NonZeroExitCode|node1|node[1-2]")])
+    ran = subprocess.run(["bash", "-c", slurm.watch_command("42", interval_s=0.01)], capture_output=True, text=True,
+                         timeout=60)
+    lines = ran.stdout.splitlines()
+    assert lines == ["@@slurm RUNNING|None|node1|node[1-2]", "@@slurm COMPLETING|NonZeroExitCode|node1|node2",
+                     "@@slurm gone"]
+    assert asked.read_text().strip() == "2"
+    assert slurm.parse_watch_line(lines[1]) == slurm.QueueState("COMPLETING", "NonZeroExitCode", "node1", "node2")
 
 
 @pytest.mark.parametrize("last", [(0, ""), (1, "slurm_load_jobs error: Invalid job id specified")])
@@ -216,6 +229,11 @@ def test_slurmctld_s_own_record_of_a_job_in_sacct_s_terms():
     failed = slurm.parse_scontrol_job(line.replace("COMPLETED", "FAILED").replace("ExitCode=0:0", "ExitCode=3:0"), "42")
     assert failed is not None and (failed.state, failed.exit_code) == ("FAILED", 3)
     assert slurm.parse_scontrol_job(line, "43") is None
+    # Its processes ended, Slurm's clean-up not yet: what sacct will say, by the exit code.
+    completing = line.replace("JobState=COMPLETED", "JobState=COMPLETING")
+    assert slurm.parse_scontrol_job(completing.replace("ExitCode=0:0", "ExitCode=1:0"), "42").state == "FAILED"
+    assert slurm.parse_scontrol_job(completing.replace("ExitCode=0:0", "ExitCode=0:9"), "42").state == "FAILED"
+    assert slurm.parse_scontrol_job(completing, "42").state == "COMPLETED"
     assert slurm.parse_scontrol_job("slurm_load_jobs error: Invalid job id specified", "42") is None
 
 
