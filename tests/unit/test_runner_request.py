@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from pycli.errors import BadInput
 from pycli.paths import PROJECT_ROOT
 from pycli.runner import HostResult, RunRequest, collect_host_event
 
@@ -141,3 +142,14 @@ def test_forks_below_one_are_bad_input(tmp_path, forks, environ, message):
     with pytest.raises(BadInput) as caught:
         forks_for(request, environ=environ, cores=2)
     assert str(caught.value) == message
+
+
+def test_runs_use_mitogen_s_strategy_unless_told_linear():
+    from pycli.runner import strategy_env
+
+    chosen = strategy_env({})
+    assert chosen["ANSIBLE_STRATEGY"] == "mitogen_linear"
+    assert (Path(chosen["ANSIBLE_STRATEGY_PLUGINS"]) / "mitogen_linear.py").is_file()
+    assert strategy_env({"PYCLI_ANSIBLE_STRATEGY": "linear"}) == {"ANSIBLE_STRATEGY": "linear"}
+    with pytest.raises(BadInput, match=r"^PYCLI_ANSIBLE_STRATEGY='free': use mitogen \(the default\) or linear$"):
+        strategy_env({"PYCLI_ANSIBLE_STRATEGY": "free"})
