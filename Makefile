@@ -57,18 +57,23 @@ endif
 
 # The parts that need no cluster of the integration tests' (molecule, lint, unit) run beside
 # the integration tests' first cluster and its provisioning (on CI: the cold Open MPI and Horovod
-# build), which mostly waits. The integration tests themselves start only once those parts have
-# ended (PYCLI_TEST_AFTER, tests/integration/conftest.py), so no test that times something
-# shares the cores with them. Their output comes after the integration tests'.
+# build). The unit tests, some of which time things, run at the usual priority, and the
+# integration tests start only once they have ended (PYCLI_TEST_AFTER,
+# tests/integration/conftest.py), so no test that times something shares the cores with them.
+# Molecule and lint time nothing: they run at the lowest priority (nice 19), so the build, which
+# the whole run waits for, keeps the cores, and they take what it leaves (into the integration
+# tests if need be). Their output comes after the integration tests'.
 test-steps:
-	@mkdir -p $(TIMINGS) && rm -f $(TIMINGS)/beside.rc
-	@echo "make test: molecule, lint and unit beside the integration tests' first provisioning (their output follows the integration tests')"
-	@($(MAKE) --no-print-directory molecule lint unit >$(TIMINGS)/beside.log 2>&1; echo $$? >$(TIMINGS)/beside.rc) & \
-	PYCLI_TEST_AFTER=$(TIMINGS)/beside.rc $(MAKE) --no-print-directory integration; integration=$$?; \
-	wait; echo "make test: the output of molecule, lint and unit:"; cat $(TIMINGS)/beside.log; \
-	beside=$$(cat $(TIMINGS)/beside.rc 2>/dev/null || echo 1); \
-	if [ "$$integration" -ne 0 ] || [ "$$beside" -ne 0 ]; then \
-		echo "make test: FAILED (integration exit $$integration; molecule, lint and unit exit $$beside)"; exit 1; fi
+	@mkdir -p $(TIMINGS) && rm -f $(TIMINGS)/unit.rc $(TIMINGS)/niced.rc
+	@echo "make test: unit, and molecule and lint (nice 19), beside the integration tests' first provisioning (their output follows the integration tests')"
+	@($(MAKE) --no-print-directory unit >$(TIMINGS)/unit.log 2>&1; echo $$? >$(TIMINGS)/unit.rc) & \
+	(nice -n 19 $(MAKE) --no-print-directory molecule lint >$(TIMINGS)/niced.log 2>&1; echo $$? >$(TIMINGS)/niced.rc) & \
+	PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc $(MAKE) --no-print-directory integration; integration=$$?; \
+	wait; echo "make test: the output of molecule and lint:"; cat $(TIMINGS)/niced.log; \
+	echo "make test: the output of unit:"; cat $(TIMINGS)/unit.log; \
+	unit=$$(cat $(TIMINGS)/unit.rc 2>/dev/null || echo 1); niced=$$(cat $(TIMINGS)/niced.rc 2>/dev/null || echo 1); \
+	if [ "$$integration" -ne 0 ] || [ "$$unit" -ne 0 ] || [ "$$niced" -ne 0 ]; then \
+		echo "make test: FAILED (integration exit $$integration; unit exit $$unit; molecule and lint exit $$niced)"; exit 1; fi
 	@echo "make test: all green (cache $${PYCLI_CACHE:-~/.cache/pycli}, timings $(TIMINGS))"
 
 host:

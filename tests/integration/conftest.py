@@ -70,8 +70,9 @@ def provisioned_cluster(local_cluster, first_provisioning) -> Path:
     """The session's cluster after `pycli provision` (site.yml): Open MPI, Horovod, SSH trust.
 
     Under `make test` the parts that need no cluster run beside the first provisioning; the
-    tests wait here until they have ended (the file PYCLI_TEST_AFTER names exists), so that no
-    test that times something shares the cores with them.
+    tests wait here until the unit tests have ended (the file PYCLI_TEST_AFTER names exists), so
+    that no test that times something shares the cores with them (molecule and lint, which time
+    nothing, may go on at the lowest priority).
     """
     _wait_for_the_parts_beside()
     return local_cluster
@@ -84,11 +85,11 @@ def _wait_for_the_parts_beside(limit_s: float = 3600) -> None:
     started = time.monotonic()
     while not Path(marker).exists():
         if time.monotonic() - started > limit_s:
-            pytest.fail(f"the parts beside the integration tests did not end within {limit_s:.0f} s ({marker})")
+            pytest.fail(f"the unit tests beside the integration tests did not end within {limit_s:.0f} s ({marker})")
         time.sleep(2)
     waited = time.monotonic() - started
     if waited > 1:
-        print(f"\nwaited {waited:.0f} s for molecule, lint and unit to end")
+        print(f"\nwaited {waited:.0f} s for the unit tests to end")
 
 
 @pytest.fixture(scope="session")
