@@ -7,6 +7,7 @@ from the controller."""
 import hashlib
 import importlib.util
 import json
+import os
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -88,9 +89,11 @@ def test_provisioning_sent_every_artifact_from_the_controller_once(three_nodes):
 
 @pytest.fixture
 def blob(three_nodes, tmp_path):
-    """A 24 MB entry of a controller cache of its own; the nodes' copies are removed after the test."""
+    """A 24 MB entry of a controller cache of its own; the nodes' copies are removed after the test.
+    Random bytes: a transfer that compresses (Mitogen's does) sends a repeated pattern in 2 MB,
+    which would tell nothing of how many copies went out."""
     partial = tmp_path / "blob.partial"
-    partial.write_bytes(hashlib.sha256(str(tmp_path).encode()).digest() * (SIZE // 32))
+    partial.write_bytes(os.urandom(SIZE))
     entry = tmp_path / "cache" / "artifacts" / "blob"
     entry.parent.mkdir(parents=True)
     import subprocess
