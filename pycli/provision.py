@@ -80,6 +80,7 @@ def build_request(cluster: Cluster, request: ProvisionRequest) -> runner.RunRequ
         check=request.check,
         forks=request.forks,
         verbosity=request.verbosity,
+        many_tasks=True,
     )
     return replace(run_request, forks=runner.forks_for(run_request))  # refused here, before any run folder
 

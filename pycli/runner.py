@@ -118,6 +118,10 @@ class RunRequest:
     check: bool = False
     forks: int | None = None  # None: run() picks them (forks_for)
     verbosity: int = 0
+    # A run of many tasks (pycli provision) takes Mitogen's strategy (strategy_env); a short one
+    # (an ad-hoc module, a job's containers) starts sooner with Ansible's own: Mitogen's start
+    # costs 2 to 4 s a run, and a node it cannot reach costs it 10 s more.
+    many_tasks: bool = False
 
     def runner_kwargs(self, run_dir: Path, extravars_file: Path | None = None) -> dict[str, object]:
         """The keyword arguments for ansible-runner, writing artifacts under `run_dir`.
@@ -139,7 +143,7 @@ class RunRequest:
         kwargs: dict[str, object] = {
             "private_data_dir": str(run_dir),
             "inventory": str(self.inventory.resolve()),
-            "envvars": runner_env(),
+            "envvars": runner_env(self.many_tasks),
             "suppress_env_files": True,  # else env/envvars, env/cmdline... are written into run_dir
             # Else ansible-runner keeps every host's facts in run_dir (a local host's ansible_env: the
             # controller's environment, real values and all), over ansible.cfg's fact_caching = memory.
@@ -161,8 +165,9 @@ class RunRequest:
         return {key: value for key, value in kwargs.items() if value is not None}
 
 
-# Which of Ansible's strategies pycli's runs use: Mitogen's (one Python per node kept for the
-# whole run, instead of a new one for each task), or Ansible's own "linear" where this is set so.
+# Which of Ansible's strategies pycli's runs of many tasks (RunRequest.many_tasks: provisioning)
+# use: Mitogen's (one Python per node kept for the whole run, instead of a new one for each
+# task), or Ansible's own "linear" where this is set so.
 # A site.yml with nothing to change on 2 nodes took 71 s and 72 s with linear, 43 s and 44 s with
 # mitogen_linear (the controller's CPU 53 s against 39 s), the same cluster, one after another.
 STRATEGY_ENV = "PYCLI_ANSIBLE_STRATEGY"
@@ -184,8 +189,9 @@ def strategy_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": "mitogen_linear"}
 
 
-def runner_env() -> dict[str, str]:
-    """Environment for Ansible: the project's config, the strategy, and this interpreter's tools on PATH."""
+def runner_env(many_tasks: bool = False) -> dict[str, str]:
+    """Environment for Ansible: the project's config, the strategy (Mitogen's for a run of many
+    tasks, strategy_env), and this interpreter's tools on PATH."""
     tools = str(Path(sys.executable).parent)
     return {
         # ansible-runner turns host-key checking off unless told otherwise; never here.
@@ -194,7 +200,7 @@ def runner_env() -> dict[str, str]:
         "ANSIBLE_ROLES_PATH": str(PROJECT_ROOT / "roles"),
         "PATH": tools + os.pathsep + os.environ.get("PATH", ""),
         "ANSIBLE_FORCE_COLOR": "0",
-        **strategy_env(),
+        **(strategy_env() if many_tasks else {"ANSIBLE_STRATEGY": LINEAR}),
     }
 
 

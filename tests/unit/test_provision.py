@@ -337,6 +337,11 @@ def test_retry_after_the_inventory_moved_takes_the_runs_of_the_cluster_it_names(
         last_unfinished(replace(moved, settings={}), runs)
 
 
+def test_provisioning_is_a_run_of_many_tasks(tmp_path):
+    """It takes Mitogen's strategy (pycli/runner.py, strategy_env); short runs keep Ansible's own."""
+    assert build_request(read_from(tmp_path / "hosts.ini"), ProvisionRequest()).many_tasks
+
+
 def test_retry_without_an_earlier_run_is_one_line(tmp_path):
     with pytest.raises(BadInput, match=r"^--retry: no earlier 'pycli provision' of .*hosts.ini under"):
         last_unfinished(read_from(tmp_path / "hosts.ini"), tmp_path / "runs")

@@ -153,3 +153,10 @@ def test_runs_use_mitogen_s_strategy_unless_told_linear():
     assert strategy_env({"PYCLI_ANSIBLE_STRATEGY": "linear"}) == {"ANSIBLE_STRATEGY": "linear"}
     with pytest.raises(BadInput, match=r"^PYCLI_ANSIBLE_STRATEGY='free': use mitogen \(the default\) or linear$"):
         strategy_env({"PYCLI_ANSIBLE_STRATEGY": "free"})
+
+
+def test_only_a_run_of_many_tasks_takes_mitogen(tmp_path):
+    short = RunRequest(inventory=tmp_path / "i.ini", module="ping").runner_kwargs(tmp_path)
+    assert short["envvars"]["ANSIBLE_STRATEGY"] == "linear" and "ANSIBLE_STRATEGY_PLUGINS" not in short["envvars"]
+    many = RunRequest(inventory=tmp_path / "i.ini", playbook=Path("site.yml"), many_tasks=True).runner_kwargs(tmp_path)
+    assert many["envvars"]["ANSIBLE_STRATEGY"] == "mitogen_linear"
