@@ -12,6 +12,7 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -105,7 +106,7 @@ def unfinished_line(view: ProvisionView, cluster: Cluster) -> str:
     return f"not finished: {named}; once fixed, 'pycli provision {cluster.inventory_path} --retry' runs on just these"
 
 
-def drain_again(cluster: Cluster, request: ProvisionRequest, view: ProvisionView, say) -> None:
+def drain_again(cluster: Cluster, request: ProvisionRequest, view: ProvisionView, say: Callable[[str], None]) -> None:
     """pycli's drained list, set in Slurm again once a run has been through the slurm role on the
     controller: whatever Slurm lost of it (a node it forgot, a state file gone), the list stands."""
     from pycli.slurm_jobs import set_drained

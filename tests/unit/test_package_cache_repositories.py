@@ -83,16 +83,23 @@ def test_the_cache_serves_the_sources_of_this_run_s_hosts_the_roles_and_the_site
         variables = {**role_vars, "package_cache_repositories": ["10.1.2.3"], "package_cache_nodes_group": "nodes",
                      "groups": {"nodes": ["node1", "node2"]}, "ansible_play_hosts": play_hosts,
                      "hostvars": hostvars, "inventory_hostname": "node1", "role_path": str(ROLE),
-                     "__package_cache_served": {"stdout": served_now}}
+                     "__package_cache_served": served_now}
+        variables.update(know["vars"])
         return _render(know["ansible.builtin.set_fact"]["_package_cache_repositories"], variables)
 
-    both = serves(["node1", "node2"], "")
+    def config(hosts: list[str]) -> dict:  # what slurp gives of the cache's configuration
+        text = f"# Managed by pycli (package_cache).\n# repositories: {' '.join(hosts)}\nproxy_cache_path x;\n"
+        return {"content": __import__("base64").b64encode(text.encode()).decode()}
+
+
+    first_run = {"failed": False, "msg": "File not found: /etc/nginx/conf.d/pycli-package-cache.conf"}
+    both = serves(["node1", "node2"], first_run)
     assert both == ["10.1.2.3", "deb.debian.org", "developer.download.nvidia.com", "download.docker.com",
                     "ftp.de.debian.org", "mirror.example.net", "nvidia.github.io"]
     # node2 not reached: its mirror stays, as the configuration served it.
-    assert serves(["node1"], " ".join(both)) == both
+    assert serves(["node1"], config(both)) == both
     # Every node reached: what no source names any more is no longer served.
-    assert "old.mirror.org" not in serves(["node1", "node2"], "old.mirror.org " + " ".join(both))
+    assert "old.mirror.org" not in serves(["node1", "node2"], config(["old.mirror.org", *both]))
 
 
 def test_a_site_that_lists_the_metadata_address_is_refused_in_one_line():
@@ -105,3 +112,16 @@ def test_a_site_that_lists_the_metadata_address_is_refused_in_one_line():
     assert said.startswith("package_cache_repositories names http://169.254.169.254/: the cache never fetches"), said
     assert _render("{{ " + check["ansible.builtin.assert"]["that"] + " }}",
                    {**variables, "package_cache_repositories": ["mirror.site"]}) is True
+
+
+def test_a_configuration_the_cache_host_cannot_read_stops_the_run_and_none_yet_does_not():
+    """Taken for an empty one, it would stop serving the repositories of the nodes a run did not reach."""
+    server = yaml.safe_load((ROLE / "tasks" / "server.yml").read_text())
+    (read,) = [t for t in server if t["name"] == "Read the repositories the cache serves now"]
+
+    def fails(answer: dict) -> bool:
+        return _render("{{ " + read["failed_when"] + " }}", {"__package_cache_served": answer})
+
+    assert fails({"failed": True, "msg": "Permission denied: /etc/nginx/conf.d/pycli-package-cache.conf"}) is True
+    assert fails({"failed": False, "msg": "File not found: /etc/nginx/conf.d/pycli-package-cache.conf"}) is False
+    assert fails({"content": "IyByZXBvc2l0b3JpZXM6IGEK", "encoding": "base64"}) is False
