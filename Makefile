@@ -99,9 +99,15 @@ unit: venv
 integration: venv
 	$(BIN)/pytest -q tests/integration --timings $(TIMINGS)/integration.tsv
 
+# The scenarios run under the strategy `pycli provision` runs the roles with (Mitogen's, unless
+# PYCLI_ANSIBLE_STRATEGY=linear): what they prove holds for it, and a scenario's three runs of
+# its playbook (converge, idempotence, check) cost about 40 % less CPU than with `linear`.
+ANSIBLE_STRATEGY_ENV = $(BIN)/python -c 'from pycli.runner import strategy_env; print(" ".join(f"{k}={v}" for k, v in strategy_env().items()))'
+
 molecule: venv
-	@for scenario in default gpu_fixture gpu_adopt; do \
-		$(call TIMED,molecule,$$scenario) $(BIN)/molecule test -s $$scenario || exit 1; \
+	@strategy="$$($(ANSIBLE_STRATEGY_ENV))" || exit 1; \
+	for scenario in default gpu_fixture gpu_adopt; do \
+		env $$strategy $(call TIMED,molecule,$$scenario) $(BIN)/molecule test -s $$scenario || exit 1; \
 	done
 
 down: venv
