@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import shlex
 import tarfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
@@ -248,19 +248,23 @@ RESULTS_LINE = (
 )
 
 
-def rank0_host(plan: JobPlan) -> Host:
+def rank0_host(plan: JobPlan, gone: Collection[str] = ()) -> Host:
     """The node rank 0 ran on: the plan's first, unless torchrun's rendezvous numbered the nodes;
-    then the one whose job folder holds rank 0's metrics (the first node when none does)."""
+    then the one whose job folder holds rank 0's metrics (the first node when none does). Nodes
+    in `gone` (the sweep after the job found them unreachable) are not asked: each would cost an
+    SSH connect timeout."""
     if not plan.ranks_by_rendezvous:
         return plan.rank0
     probe = f"test -f {shlex.quote(str(plan.job_dir / METRICS_FILE))}"
-    answers = ssh_each([(host, probe) for host in plan.hosts], shared=True)
-    return next((host for host in plan.hosts if answers[host.name].ok), plan.rank0)
+    asked = [host for host in plan.hosts if host.name not in gone]
+    answers = ssh_each([(host, probe) for host in asked], shared=True)
+    return next((host for host in asked if answers[host.name].ok), plan.rank0)
 
 
-def collect(plan: JobPlan, results: Path) -> None:
-    """Fetch rank 0's metrics and checkpoints into `results` (one tar stream over the shared connection)."""
-    host = rank0_host(plan)
+def collect(plan: JobPlan, results: Path, gone: Collection[str] = ()) -> None:
+    """Fetch rank 0's metrics and checkpoints into `results` (one tar stream over the shared
+    connection); `gone`: nodes known not to answer (rank0_host)."""
+    host = rank0_host(plan, gone)
     command = f"cd {shlex.quote(str(plan.job_dir))} && {RESULTS_LINE}"
     results.mkdir(parents=True, exist_ok=True)
 
@@ -274,6 +278,10 @@ def collect(plan: JobPlan, results: Path) -> None:
         raise error(f"fetching the results from {host.name}: {answer.why()}")
 
 
+# What stop_strays says of a node it could not reach.
+UNSWEPT = "unreachable, not checked"
+
+
 def stop_strays(plan: JobPlan) -> dict[str, str]:
     """After the job, no process of it may be left on any node (their command lines name the job).
 
@@ -282,7 +290,7 @@ def stop_strays(plan: JobPlan) -> dict[str, str]:
     left = {}
     for name, out in answers.items():
         if out.rc == SSH_FAILED:
-            left[name] = "unreachable, not checked"
+            left[name] = UNSWEPT
         elif not out.ok:
             left[name] = out.stderr.strip() or out.why()
     return left

@@ -358,7 +358,7 @@ def run_job(
         return TrainOutcome(code, run_dir, results, (), plan)
     if left:
         write(f"pycli: {strays_line(left)}")
-    job_files.collect(plan, results)
+    job_files.collect(plan, results, gone={name for name, why in left.items() if why == job_files.UNSWEPT})
     records = tuple(read_metrics(results))
     summary = summary_line(records)
     if code == 0:

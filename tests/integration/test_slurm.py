@@ -20,6 +20,7 @@ from pycli.paths import state_dir
 from tests.conftest import ROOT, run_pycli
 from tests.integration.conftest import CLUSTER
 from tests.integration.test_cache_stage import changed_tasks, site_yml_as_typed
+from tests.integration.test_train import RDZV_SOONER
 
 pytestmark = pytest.mark.integration
 # The same figures through Slurm as started directly: the global batch (64) is shared out.
@@ -185,7 +186,7 @@ def test_an_elastic_torchrun_job_goes_on_without_a_node_whose_processes_died(slu
     runs in the batch step as over SSH, with --no-kill: the same test passed for it, 77 s, left
     out of the suite for its time.)"""
     seen: list[str] = []
-    proc = _start(slurm_cluster, "ddp", "--np", "8", "--elastic", "--min-np", "4", "--",
+    proc = _start(slurm_cluster, "ddp", "--np", "8", "--elastic", "--min-np", "4", *RDZV_SOONER, "--",
                   "--epochs", "4", "--batch-size", "16", "--threads", "1")
     try:
         _read_until(proc, r"epoch=1 ", seen)

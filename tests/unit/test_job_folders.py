@@ -437,3 +437,8 @@ def test_results_come_from_the_node_where_torchrun_s_rendezvous_put_rank_0(tmp_p
     assert job_files.rank0_host(slurm).name == "n2"
     asked.clear()
     assert job_files.rank0_host(_plan(tmp_path, launcher="torchrun")).name == "n1" and asked == []  # static: the plan's
+    # A node the sweep after the job could not reach is not asked again (an SSH connect timeout each).
+    asked_hosts = []
+    monkeypatch.setattr(job_files, "ssh_each", lambda pairs, shared=False: (
+        asked_hosts.extend(host.name for host, _ in pairs) or answer(pairs, shared)))
+    assert job_files.rank0_host(elastic, gone={"n2"}).name == "n1" and asked_hosts == ["n1"]
