@@ -137,3 +137,49 @@ def test_every_dcgm_field_the_rules_read_is_exported():
         assert current in fields, f"{name} is read by alerts.yml but not exported: add {current} to dcgm-counters.csv"
     # One field under both its names would be watched twice.
     assert not set(fields) & set(OLDER_FIELD_NAMES), "dcgm-counters.csv lists a field by its older name"
+
+
+def _alert_rules_filter():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("alert_rules", ROOT / "roles/monitoring/filter_plugins/alert_rules.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rule(text: str, name: str) -> dict:
+    return next(rule for group in yaml.safe_load(text)["groups"] for rule in group["rules"] if rule.get("alert") == name)
+
+
+def test_a_site_s_for_replaces_the_rule_s_and_its_texts_say_the_new_time(tmp_path):
+    """monitoring_alert_for: no override installs the file byte for byte; an override sets the
+    rule's `for:` and the texts that say how long (\"for 1 minute\"), and promtool takes the result."""
+    rules = _alert_rules_filter()
+    text = RULES.read_text()
+    assert rules.monitoring_alert_rules(text, {}) == text
+    changed = rules.monitoring_alert_rules(text, {"NodeDown": "10s", "GpuIdleWhileJobHoldsIt": "1h30m"})
+    node_down, idle = _rule(changed, "NodeDown"), _rule(changed, "GpuIdleWhileJobHoldsIt")
+    assert node_down["for"] == "10s" and node_down["annotations"]["summary"].endswith("has not answered for 10 seconds")
+    assert idle["for"] == "1h30m" and "idle for 1 hour 30 minutes while" in idle["annotations"]["summary"]
+    assert "15 minutes" not in str(idle["annotations"])
+    # Every other rule is as the file has it.
+    for name in {rule["alert"] for group in yaml.safe_load(text)["groups"] for rule in group["rules"]} - {
+            "NodeDown", "GpuIdleWhileJobHoldsIt"}:
+        assert _rule(changed, name) == _rule(text, name)
+    written = tmp_path / "alerts.yml"
+    written.write_text(changed)
+    checked = promtool("check", "rules", str(written))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@pytest.mark.parametrize(("overrides", "said"), [
+    ({"NodeDwn": "10s"}, "monitoring_alert_for names no alert of the role's rules: NodeDwn (its alerts: NodeDown, "),
+    ({"NodeDown": "10x"}, "monitoring_alert_for: NodeDown's '10x' is not a Prometheus duration"),
+    ({"NodeDown": 10}, "monitoring_alert_for: NodeDown's 10 is not a Prometheus duration"),
+    (["NodeDown"], "monitoring_alert_for is ['NodeDown']: give a mapping of alert name to duration"),
+])
+def test_a_wrong_for_setting_is_refused_naming_it(overrides, said):
+    with pytest.raises(ValueError) as refused:
+        _alert_rules_filter().monitoring_alert_rules(RULES.read_text(), overrides)
+    assert said in str(refused.value)
