@@ -81,12 +81,17 @@ test-steps:
 host:
 	bash scripts/host-prereqs.sh
 
+# pip compiles what it installs to bytecode, but pycli itself is installed in place (-e): its own
+# modules are compiled here once, so that each of the many pycli processes of a run reads them
+# (Python writes no bytecode of its own where PYTHONDONTWRITEBYTECODE is set, and recompiles a
+# module in memory, correctly, once its source is newer).
 venv: $(BIN)/.installed
 
 $(BIN)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "no supported Python found (one of: $(SUPPORTED_PYTHONS)); install python$(lastword $(SUPPORTED_PYTHONS)) or pass PYTHON=..." >&2; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/python -m compileall -q pycli workloads tests >/dev/null
 	touch $@
 
 lint: venv
