@@ -65,12 +65,18 @@ endif
 # (PYCLI_TEST_NODE_CPU_SHARES, molecule/resources/tasks/node_cpu_share.yml), so the build, which the
 # whole run waits for, keeps the cores, and they take what it leaves (into the integration tests
 # if need be). Their output comes after the integration tests'.
+# All of them start once the first provisioning has started its Open MPI build in the background
+# (PYCLI_TEST_SIDE_GO, tests/integration/conftest.py), not while the build still waits in line
+# for the build tools; at the latest after SIDE_WAIT_S.
+SIDE_WAIT_S := 300
+SIDE_WAIT = i=0; while [ ! -e $(TIMINGS)/side.go ] && [ $$i -lt $(SIDE_WAIT_S) ]; do sleep 1; i=$$((i+1)); done
+
 test-steps:
-	@mkdir -p $(TIMINGS) && rm -f $(TIMINGS)/unit.rc $(TIMINGS)/niced.rc
-	@echo "make test: unit, and molecule and lint (nice 19), beside the integration tests' first provisioning (their output follows the integration tests')"
-	@($(MAKE) --no-print-directory unit >$(TIMINGS)/unit.log 2>&1; echo $$? >$(TIMINGS)/unit.rc) & \
-	(PYCLI_TEST_NODE_CPU_SHARES=64 nice -n 19 $(MAKE) --no-print-directory molecule lint >$(TIMINGS)/niced.log 2>&1; echo $$? >$(TIMINGS)/niced.rc) & \
-	PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc $(MAKE) --no-print-directory integration; integration=$$?; \
+	@mkdir -p $(TIMINGS) && rm -f $(TIMINGS)/unit.rc $(TIMINGS)/niced.rc $(TIMINGS)/side.go
+	@echo "make test: unit, and molecule and lint (nice 19), beside the integration tests' first provisioning once its build runs (their output follows the integration tests')"
+	@($(SIDE_WAIT); $(MAKE) --no-print-directory unit >$(TIMINGS)/unit.log 2>&1; echo $$? >$(TIMINGS)/unit.rc) & \
+	($(SIDE_WAIT); PYCLI_TEST_NODE_CPU_SHARES=64 nice -n 19 $(MAKE) --no-print-directory molecule lint >$(TIMINGS)/niced.log 2>&1; echo $$? >$(TIMINGS)/niced.rc) & \
+	PYCLI_TEST_SIDE_GO=$(TIMINGS)/side.go PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc $(MAKE) --no-print-directory integration; integration=$$?; \
 	wait; echo "make test: the output of molecule and lint:"; cat $(TIMINGS)/niced.log; \
 	echo "make test: the output of unit:"; cat $(TIMINGS)/unit.log; \
 	unit=$$(cat $(TIMINGS)/unit.rc 2>/dev/null || echo 1); niced=$$(cat $(TIMINGS)/niced.rc 2>/dev/null || echo 1); \

@@ -1,5 +1,6 @@
 """make test's timings table (tests/timings.py): the pytest plugin, the step runner, the report."""
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -60,3 +61,30 @@ def test_the_report_puts_the_largest_first_and_sums_each_part(tmp_path):
     assert lines[3].endswith("molecule: gpu fixture")  # a tab in an id cannot break the table
     assert "unit 1 min 31 s" in lines[-1] and "molecule 30.0 s" in lines[-1]
     assert "| unit | 1 min 31 s |" in report(tmp_path, top=2, markdown=True)
+
+
+def test_the_play_that_starts_make_test_s_other_parts_is_one_of_site_yml(tmp_path):
+    """make test holds unit, molecule and lint until the first provisioning reaches this play (the
+    first after the Open MPI build's start); renamed in site.yml, they would wait for the whole
+    provisioning instead, and the run grow by minutes. Its watcher touches the file on that play."""
+    import threading
+
+    import yaml
+
+    from tests.integration.conftest import SIDE_GO_PLAY, _say_when_the_build_runs
+
+    plays = yaml.safe_load((ROOT / "playbooks" / "site.yml").read_text())
+    names = [play.get("name") for play in plays]
+    assert SIDE_GO_PLAY in names and names.index(SIDE_GO_PLAY) > names.index(
+        "Start the Open MPI build where nothing waits for CUDA")
+    events = tmp_path / "20261129-000000-provision" / "artifacts" / "x" / "job_events"
+    events.mkdir(parents=True)
+    (events / "1-a.json").write_text(json.dumps({"event": "playbook_on_play_start", "event_data": {"play": "Other"}}))
+    marker, ended = tmp_path / "side.go", threading.Event()
+    watcher = threading.Thread(target=_say_when_the_build_runs, args=(tmp_path, marker, ended), daemon=True)
+    watcher.start()
+    watcher.join(3)
+    assert not marker.exists()
+    (events / "2-b.json").write_text(json.dumps({"event": "playbook_on_play_start", "event_data": {"play": SIDE_GO_PLAY}}))
+    watcher.join(5)
+    assert marker.exists() and not watcher.is_alive()
