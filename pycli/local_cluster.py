@@ -127,8 +127,10 @@ def _ensure_keypair(directory: Path, name: str) -> Path:
 
 
 def _exec(container: Container, *argv: str) -> tuple[int, str]:
-    code, output = container.exec_run(list(argv))
-    return code, output.decode(errors="replace").strip()
+    from pycli.dockerapi import run_in
+
+    code, output = run_in(container.name, argv)
+    return code, output.strip()
 
 
 def _wait_booted(container: Container, hostname: str) -> None:

@@ -17,6 +17,20 @@ CLUSTER = f"pytest-{os.getpid()}"
 CLUSTER3 = f"pytest3-{os.getpid()}"
 
 
+def node_run(node: str, *argv: str, cluster: str = CLUSTER) -> tuple[int, str]:
+    """argv on a node of a test cluster: its exit code and output (stdout and stderr together).
+
+    Through pycli.dockerapi.run_in: the SDK's exec_run drops output on a loaded machine."""
+    from pycli.dockerapi import run_in
+
+    return run_in(f"pycli-{cluster}-{node}", argv)
+
+
+def node_shell(node: str, command: str, cluster: str = CLUSTER) -> tuple[int, str]:
+    """A bash command line on a node of a test cluster, as node_run."""
+    return node_run(node, "bash", "-c", command, cluster=cluster)
+
+
 def _docker_answers() -> bool:
     try:
         import docker

@@ -16,22 +16,15 @@ import pytest
 from PIL import Image
 
 from tests.conftest import run_pycli
-from tests.integration.conftest import CLUSTER
+from tests.integration.conftest import node_shell
 
 pytestmark = pytest.mark.integration
 TINY_SYNTHETIC = ["--width", "8", "--image-size", "32", "--batch-size", "4", "--num-warmup-batches", "1",
                   "--num-batches-per-iter", "2", "--num-iters", "2", "--threads", "1"]
 
 
-def _node2():
-    import docker
-
-    return docker.from_env().containers.get(f"pycli-{CLUSTER}-node2")
-
-
 def _on_node2(command: str) -> str:
-    code, output = _node2().exec_run(["bash", "-c", command])
-    text = output.decode(errors="replace")
+    code, text = node_shell("node2", command)
     assert code == 0, f"{command}: {text}"
     return text
 

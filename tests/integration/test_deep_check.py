@@ -15,15 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_pycli
-from tests.integration.conftest import CLUSTER3
+from tests.integration.conftest import CLUSTER3, node_shell
 
 pytestmark = pytest.mark.integration
-
-
-def _container(node: str):
-    import docker
-
-    return docker.from_env().containers.get(f"pycli-{CLUSTER3}-{node}")
 
 
 def _cpus(node: str, share: str) -> None:
@@ -33,8 +27,8 @@ def _cpus(node: str, share: str) -> None:
 
 
 def _on(node: str, command: str) -> None:
-    code, output = _container(node).exec_run(["bash", "-c", command])
-    assert code == 0, f"{node}: {command}: {output.decode(errors='replace')}"
+    code, output = node_shell(node, command, cluster=CLUSTER3)
+    assert code == 0, f"{node}: {command}: {output}"
 
 
 def _deep_check(inventory: Path, tmp_path: Path, *extra: str) -> tuple[int, dict]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_pycli
-from tests.integration.conftest import CLUSTER3
+from tests.integration.conftest import CLUSTER3, node_shell
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,8 +42,7 @@ def _container(node: str):
 
 
 def _run(node: str, command: str) -> tuple[int, str]:
-    code, output = _container(node).exec_run(["bash", "-c", command])
-    return code, output.decode(errors="replace")
+    return node_shell(node, command, cluster=CLUSTER3)
 
 
 def _sha256(node: str, path: str) -> str:

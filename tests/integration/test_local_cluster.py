@@ -9,7 +9,7 @@ import pytest
 from pycli import runner
 from pycli.local_cluster import LABEL_CLUSTER
 from tests.conftest import TEST_CA_BUNDLE, run_pycli
-from tests.integration.conftest import CLUSTER
+from tests.integration.conftest import CLUSTER, node_run
 
 pytestmark = pytest.mark.integration
 
@@ -78,9 +78,8 @@ print(read, errno, copy.value.decode())
 
 
 def test_a_process_may_read_another_of_its_node_as_open_mpi_single_copy_does(local_cluster):
-    container = docker.from_env().containers.get(f"pycli-{CLUSTER}-node1")
-    code, output = container.exec_run(["python3", "-c", _CMA_PROBE])
-    assert code == 0 and output.decode().strip().split(maxsplit=2) == ["64", "0", "the parent's bytes"], output.decode()
+    code, output = node_run("node1", "python3", "-c", _CMA_PROBE)
+    assert code == 0 and output.strip().split(maxsplit=2) == ["64", "0", "the parent's bytes"], output
 
 
 def test_second_up_of_the_same_cluster_says_it_is_already_up(local_cluster):

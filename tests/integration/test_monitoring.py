@@ -16,10 +16,9 @@ import docker
 import pytest
 
 from tests.conftest import run_pycli
-from tests.integration.conftest import CLUSTER
+from tests.integration.conftest import CLUSTER, node_run
 from tests.integration.test_cache_stage import changed_tasks
 from tests.integration.test_node_down import _address
-from tests.integration.test_slurm import node_run
 from tests.integration.test_top import top_frame
 
 pytestmark = pytest.mark.integration

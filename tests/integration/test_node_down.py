@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PYCLI, ROOT, run_pycli
-from tests.integration.conftest import CLUSTER
+from tests.integration.conftest import CLUSTER, node_run
 from tests.integration.test_top import top_frame
 
 pytestmark = pytest.mark.integration
@@ -85,18 +85,17 @@ def _top_shows_node2_down(inventory: Path, timeout_s: float = 5) -> None:
 def _node1_trusts_node2(inventory: Path) -> None:
     """node1's known_hosts and the from= of its cluster key still name node2's address."""
     address = _address(inventory, "node2")
-    node1 = _container("node1")
-    code, known = node1.exec_run(["cat", "/etc/ssh/ssh_known_hosts"])
-    assert code == 0 and any(address in line.split(" ", 1)[0].split(",") for line in known.decode().splitlines()), known
-    code, keys = node1.exec_run(["sh", "-c", "cat /home/*/.ssh/authorized_keys /root/.ssh/authorized_keys 2>/dev/null"])
-    (line,) = [line for line in keys.decode().splitlines() if "pycli-cluster-" in line]
+    code, known = node_run("node1", "cat", "/etc/ssh/ssh_known_hosts")
+    assert code == 0 and any(address in line.split(" ", 1)[0].split(",") for line in known.splitlines()), known
+    code, keys = node_run("node1", "sh", "-c", "cat /home/*/.ssh/authorized_keys /root/.ssh/authorized_keys 2>/dev/null")
+    (line,) = [line for line in keys.splitlines() if "pycli-cluster-" in line]
     assert address in re.search(r'from="([^"]*)"', line).group(1).split(","), line
 
 
 def _check_build_on_node1() -> str:
-    code, output = _container("node1").exec_run(["/opt/pycli/venv/bin/horovodrun", "--check-build"])
-    assert code == 0, output.decode(errors="replace")
-    return output.decode(errors="replace")
+    code, output = node_run("node1", "/opt/pycli/venv/bin/horovodrun", "--check-build")
+    assert code == 0, output
+    return output
 
 
 def _provision_killing_node2(inventory: Path, runs: Path, when: str | None,

@@ -16,10 +16,9 @@ import docker
 import pytest
 
 from tests.conftest import ROOT, run_pycli
-from tests.integration.conftest import CLUSTER
+from tests.integration.conftest import CLUSTER, node_run
 from tests.integration.test_cache_stage import changed_tasks
 from tests.integration.test_node_down import _address
-from tests.integration.test_slurm import node_run
 
 pytestmark = pytest.mark.integration
 CACHE_LOG = "/var/log/nginx/pycli-package-cache.log"
@@ -134,7 +133,7 @@ def _put(node: str, folder: Path, where: str) -> None:
     with tarfile.open(fileobj=data, mode="w") as tar:
         tar.add(folder, arcname=".")
     container = docker.from_env().containers.get(f"pycli-{CLUSTER}-{node}")
-    assert container.exec_run(["mkdir", "-p", where])[0] == 0
+    assert node_run(node, "mkdir", "-p", where)[0] == 0
     container.put_archive(where, data.getvalue())
 
 

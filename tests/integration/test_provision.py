@@ -58,12 +58,9 @@ def test_bad_input_is_exit_2_and_leaves_no_run_folder(local_cluster, tmp_path, a
 
 
 def _node_shell(node: str, command: str) -> tuple[int, str]:
-    import docker
+    from tests.integration.conftest import node_run
 
-    from tests.integration.conftest import CLUSTER
-
-    code, out = docker.from_env().containers.get(f"pycli-{CLUSTER}-{node}").exec_run(["sh", "-c", command])
-    return code, out.decode()
+    return node_run(node, "sh", "-c", command)
 
 
 def test_an_inventory_name_the_nodes_cannot_resolve_goes_into_every_nodes_etc_hosts(provisioned_cluster, tmp_path):

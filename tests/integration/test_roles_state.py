@@ -16,10 +16,9 @@ import yaml
 
 from pycli.local_plan import LOCAL_BED_VARS
 from tests.conftest import ANSIBLE_PLAYBOOK, ROOT, run_pycli
-from tests.integration.conftest import CLUSTER
+from tests.integration.conftest import CLUSTER, node_run
 from tests.integration.test_cache_stage import changed_tasks, ok_events
 from tests.integration.test_node_down import _address
-from tests.integration.test_slurm import node_run
 
 pytestmark = pytest.mark.integration
 NODES = ("node1", "node2")

@@ -18,7 +18,7 @@ import pytest
 
 from pycli.paths import state_dir
 from tests.conftest import ROOT, run_pycli
-from tests.integration.conftest import CLUSTER
+from tests.integration.conftest import CLUSTER, node_run
 from tests.integration.test_cache_stage import changed_tasks, site_yml_as_typed
 from tests.integration.test_train import RDZV_SOONER
 
@@ -27,12 +27,6 @@ pytestmark = pytest.mark.integration
 MNIST = ["--", "--epochs", "2"]
 SHORT = ["--", "--width", "8", "--image-size", "32", "--num-iters", "2", "--threads", "1"]
 RECORDED = ROOT / "tests" / "fixtures" / "recorded"
-
-
-def node_run(node: str, *argv: str) -> tuple[int, str]:
-    container = docker.from_env().containers.get(f"pycli-{CLUSTER}-{node}")
-    code, out = container.exec_run(list(argv))
-    return code, out.decode(errors="replace")
 
 
 def sinfo() -> dict[str, tuple[str, str, str]]:
@@ -260,7 +254,7 @@ def test_slurms_health_check_drains_a_node_whose_gpu_has_a_pending_row_remap(slu
             time.sleep(2)
         assert reason.startswith("pycli health: GPU 0") and "row remap" in reason, reason
     finally:
-        container.exec_run(["rm", "-f", stand_in])
+        node_run("node2", "rm", "-f", stand_in)
     # Healthy again: the health check resumes what it drained.
     deadline = time.monotonic() + interval + 60
     while "drain" in sinfo()["node2"][0]:
@@ -275,13 +269,13 @@ def test_slurms_health_check_drains_a_node_whose_gpu_has_a_pending_row_remap(slu
         code, said = node_run("node2", "/usr/local/sbin/pycli-slurm-health")
         assert code == 1 and "drained already: " in said and "DIMM replacement; left so" in said, said
         assert "DIMM replacement" in sinfo()["node2"][2] and "pycli health" not in sinfo()["node2"][2]
-        container.exec_run(["rm", "-f", stand_in])
+        node_run("node2", "rm", "-f", stand_in)
         code, said = node_run("node2", "/usr/local/sbin/pycli-slurm-health")
         assert code == 0, said
         state, _, reason = sinfo()["node2"]
         assert "drain" in state and "DIMM replacement" in reason and "pycli health" not in reason, (state, reason)
     finally:
-        container.exec_run(["rm", "-f", stand_in])
+        node_run("node2", "rm", "-f", stand_in)
         back = run_pycli("undrain", "node2", "-i", str(slurm_cluster))
     assert back.returncode == 0, back.stdout + back.stderr
     wait_for_state("node2", "idle")

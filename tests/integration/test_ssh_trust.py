@@ -4,22 +4,15 @@ one node no longer authorizes the cluster key, exactly the pairs into that node 
 
 import pytest
 
-from tests.integration.conftest import CLUSTER3
+from tests.integration.conftest import CLUSTER3, node_shell
 
 pytestmark = pytest.mark.integration
 SCRIPT = "roles/ssh_trust/files/verify-peers.sh"
 NODES = ("node1", "node2", "node3")
 
 
-def _container(node: str):
-    import docker
-
-    return docker.from_env().containers.get(f"pycli-{CLUSTER3}-{node}")
-
-
 def _run(node: str, command: str) -> tuple[int, str]:
-    code, output = _container(node).exec_run(["bash", "-c", command])
-    return code, output.decode(errors="replace")
+    return node_shell(node, command, cluster=CLUSTER3)
 
 
 def _peers(inventory) -> list[str]:
@@ -36,7 +29,7 @@ def _verify_from_every_node(inventory) -> dict[str, tuple[int, str]]:
     peers = " ".join(_peers(inventory))
     answers = {}
     for place, node in enumerate(NODES):
-        _container(node).exec_run(["bash", "-c", f"cat > /tmp/verify-peers.sh <<'SCRIPT'\n{script}SCRIPT\n"])
+        _run(node, f"cat > /tmp/verify-peers.sh <<'SCRIPT'\n{script}SCRIPT\n")
         answers[node] = _run(node, f"bash /tmp/verify-peers.sh 4 2 {place} all {peers} 2>/dev/null")
     return answers
 

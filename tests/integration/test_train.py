@@ -13,9 +13,10 @@ import docker
 import pytest
 import torch
 
+from pycli.dockerapi import run_in
 from pycli.local_cluster import LABEL_CLUSTER
 from tests.conftest import ROOT, run_pycli
-from tests.integration.conftest import CLUSTER
+from tests.integration.conftest import CLUSTER, node_shell
 from tests.integration.test_node_down import _bring_back, _container
 
 pytestmark = pytest.mark.integration
@@ -129,8 +130,8 @@ def _job_processes():
     client = docker.from_env()
     found = {}
     for container in client.containers.list(filters={"label": f"{LABEL_CLUSTER}={CLUSTER}"}):
-        code, out = container.exec_run(["pgrep", "-af", "/srv/pycli/jobs/"])
-        found[container.name] = out.decode().strip() if code == 0 else ""
+        code, out = run_in(container.name, ["pgrep", "-af", "/srv/pycli/jobs/"])
+        found[container.name] = out.strip() if code == 0 else ""
     return found
 
 
@@ -220,10 +221,10 @@ def run_and_kill(inventory, *args, after: str, kill):
 
 def test_a_killed_rank_restarts_from_the_newest_checkpoint_and_ends_as_an_uninterrupted_run(provisioned_cluster, mnist_gloo):
     def kill_rank_on_node2():  # the rank's Python process itself, not the shell around it
-        code, out = _container("node2").exec_run(
-            ["bash", "-c", "pids=$(ps -eo pid=,comm=,args= | awk '$2 ~ /^python/ && /[/]srv[/]pycli[/]jobs[/].*mnist.py/ "
-             "{print $1}'); [ -n \"$pids\" ] && kill -9 $pids && echo killed"])
-        assert code == 0 and b"killed" in out, out
+        code, out = node_shell(
+            "node2", "pids=$(ps -eo pid=,comm=,args= | awk '$2 ~ /^python/ && /[/]srv[/]pycli[/]jobs[/].*mnist.py/ "
+            "{print $1}'); [ -n \"$pids\" ] && kill -9 $pids && echo killed")
+        assert code == 0 and "killed" in out, out
 
     code, output = run_and_kill(provisioned_cluster, "mnist", "--np", "2", "--max-restarts", "1", "--", *WORK,
                                 after="epoch=1 ", kill=kill_rank_on_node2)

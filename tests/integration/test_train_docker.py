@@ -10,6 +10,7 @@ import subprocess
 import docker
 import pytest
 
+from pycli.dockerapi import run_in
 from pycli.local_cluster import LABEL_CLUSTER
 from tests.conftest import ANSIBLE_PLAYBOOK, ROOT, run_pycli
 from tests.integration.conftest import CLUSTER
@@ -24,8 +25,8 @@ def on_nodes(*argv):
     client = docker.from_env()
     found = {}
     for container in client.containers.list(filters={"label": f"{LABEL_CLUSTER}={CLUSTER}"}):
-        code, out = container.exec_run(list(argv))
-        found[container.name] = (code, out.decode().strip())
+        code, out = run_in(container.name, argv)
+        found[container.name] = (code, out.strip())
     return found
 
 
