@@ -3,6 +3,7 @@
 on one provisioned cluster:
 
     .venv/bin/python benchmarks/launchers.py -i inventory/local-local.ini [--repeat 2] [--json out.json]
+                                             [--only bench|overhead]
 
 1. `pycli bench --backends gloo --np 1,2 --launchers horovod,torchrun` (the synthetic workload):
    throughput per placement under each launcher, and the allreduce microbenchmark under each
@@ -117,10 +118,17 @@ def overhead(inventory: Path, repeat: int, env: dict[str, str], runs: Path) -> d
     return {"train_first_s": trains[0], "train_s": trains[1:], "bare_s": bares, "command": line}
 
 
-def show(rows: list[dict], wire: float | None, times: dict, unit: str) -> None:
+def show(rows: dict, wire: float | None, times: dict | None, unit: str) -> None:
     def f(value: float | None, form: str = ".1f") -> str:
         return "-" if value is None else format(value, form)
 
+    if rows["throughput"] or rows["allreduce"]:
+        show_bench(rows, wire, unit, f)
+    if times is not None:
+        show_overhead(times)
+
+
+def show_bench(rows: dict, wire: float | None, unit: str, f) -> None:
     print(f"\n## Throughput, synthetic workload over Gloo ({unit}); goal Horovod / torchrun >= {GOAL_RATIO}\n")
     print("| placement | Horovod | torchrun | Horovod / torchrun | goal |\n|---|---|---|---|---|")
     for row in rows["throughput"]:
@@ -133,6 +141,9 @@ def show(rows: list[dict], wire: float | None, times: dict, unit: str) -> None:
         share = lambda v: "-" if v is None else f"{v:.0%}"  # noqa: E731
         print(f"| {row['bytes'] / 2**20:g} MiB | {f(row['horovod'], '.3f')} | {f(row['torchrun'], '.3f')} | "
               f"{f(row['ratio'], '.2f')} | {share(row['horovod_share'])} | {share(row['torchrun_share'])} | {met} |")
+
+
+def show_overhead(times: dict) -> None:
     bare = statistics.median(times["bare_s"])
     print("\n## `pycli train " + " ".join(TRAIN_ARGS[1:] + WORKLOAD_ARGS) + "`: wall time against the same command bare over ssh\n")
     print("| run | pycli train, s | bare, s (median) | pycli adds, s | goal |\n|---|---|---|---|---|")
@@ -149,6 +160,8 @@ def main() -> None:
     parser.add_argument("-i", "--inventory", type=Path, required=True, help="a provisioned cluster's inventory")
     parser.add_argument("--repeat", type=int, default=2, help="runs per bench cell, and timed train/bare runs")
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
+    parser.add_argument("--only", choices=("bench", "overhead"),
+                        help="one part: the launchers' throughput and allreduce (1), or what pycli train adds (2)")
     args = parser.parse_args()
     if not args.inventory.is_file():
         sys.exit(f"no inventory at {args.inventory}")
@@ -158,10 +171,15 @@ def main() -> None:
         runs = Path(folder)
         env = {**os.environ, "PYCLI_RUNS": str(runs)}
         started = time.strftime("%Y-%m-%d %H:%M")
-        results = bench(args.inventory, args.repeat, env, runs)
-        allreduce, wire = allreduce_rows(results)
-        rows = {"throughput": throughput_rows(results), "allreduce": allreduce}
-        times = overhead(args.inventory, args.repeat, env, runs)
+        results: dict = {}
+        rows: dict = {"throughput": [], "allreduce": []}
+        wire, times = None, None
+        if args.only != "overhead":
+            results = bench(args.inventory, args.repeat, env, runs)
+            allreduce, wire = allreduce_rows(results)
+            rows = {"throughput": throughput_rows(results), "allreduce": allreduce}
+        if args.only != "bench":
+            times = overhead(args.inventory, args.repeat, env, runs)
     print(f"# Launchers, {started}, {args.inventory} ({args.repeat} repeat(s))")
     show(rows, wire, times, results.get("throughput_unit", "img/s"))
     if args.json:
