@@ -118,17 +118,18 @@ def overhead(inventory: Path, repeat: int, env: dict[str, str], runs: Path) -> d
     return {"train_first_s": trains[0], "train_s": trains[1:], "bare_s": bares, "command": line}
 
 
-def show(rows: dict, wire: float | None, times: dict | None, unit: str) -> None:
-    def f(value: float | None, form: str = ".1f") -> str:
-        return "-" if value is None else format(value, form)
+def f(value: float | None, form: str = ".1f") -> str:
+    return "-" if value is None else format(value, form)
 
+
+def show(rows: dict, wire: float | None, times: dict | None, unit: str) -> None:
     if rows["throughput"] or rows["allreduce"]:
-        show_bench(rows, wire, unit, f)
+        show_bench(rows, wire, unit)
     if times is not None:
         show_overhead(times)
 
 
-def show_bench(rows: dict, wire: float | None, unit: str, f) -> None:
+def show_bench(rows: dict, wire: float | None, unit: str) -> None:
     print(f"\n## Throughput, synthetic workload over Gloo ({unit}); goal Horovod / torchrun >= {GOAL_RATIO}\n")
     print("| placement | Horovod | torchrun | Horovod / torchrun | goal |\n|---|---|---|---|---|")
     for row in rows["throughput"]:

@@ -124,6 +124,11 @@ def network_name(name: str) -> str:
     return f"pycli-{name}"
 
 
+def container_name(name: str, hostname: str) -> str:
+    """The Docker container of node `hostname` of local cluster `name`."""
+    return f"pycli-{name}-{hostname}"
+
+
 def pick_subnet(name: str, taken: list[ipaddress.IPv4Network]) -> ipaddress.IPv4Network:
     """The first free /24 of the pool, starting at a place fixed by the cluster's name."""
     blocks = list(SUBNET_POOL.subnets(new_prefix=24))
@@ -165,7 +170,7 @@ def plan_cluster(name: str, count: int, subnet: ipaddress.IPv4Network, slots: in
         raise BadInput(f"subnet {subnet} is too small for {count} nodes")
     # Counted from the network's address, never by listing the subnet's hosts.
     nodes = tuple(
-        NodePlan(hostname=f"node{i}", container=f"pycli-{name}-node{i}",
+        NodePlan(hostname=f"node{i}", container=container_name(name, f"node{i}"),
                  address=str(subnet.network_address + FIRST_NODE_OFFSET + i))
         for i in range(1, count + 1)
     )

@@ -22,8 +22,9 @@ def node_run(node: str, *argv: str, cluster: str = CLUSTER) -> tuple[int, str]:
 
     Through pycli.dockerapi.run_in: the SDK's exec_run drops output on a loaded machine."""
     from pycli.dockerapi import run_in
+    from pycli.local_plan import container_name
 
-    return run_in(f"pycli-{cluster}-{node}", argv)
+    return run_in(container_name(cluster, node), argv)
 
 
 def node_shell(node: str, command: str, cluster: str = CLUSTER) -> tuple[int, str]:
