@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pycli.cluster_model import load_cluster  # noqa: E402
-from pycli.inventory_writer import HostEntry, render_inventory  # noqa: E402
+from pycli.cluster.inventory_writer import HostEntry, render_inventory  # noqa: E402
+from pycli.cluster.model import load_cluster  # noqa: E402
 
 GOAL_S = 2.0
 

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PYCLI = ROOT / ".venv" / "bin" / "pycli"
 sys.path.insert(0, str(ROOT))
 
-from pycli.json_documents import RESULTS, read_document  # noqa: E402
+from pycli.core.json_documents import RESULTS, read_document  # noqa: E402
 
 GOAL_RATIO = 1.0
 GOAL_BUSBW_FROM = 16 * 2**20
@@ -86,7 +86,7 @@ def allreduce_rows(results: dict) -> tuple[list[dict], float | None]:
     for entry in results["allreduce"]:
         for record in entry.get("sizes") or []:
             busbw.setdefault(record["bytes"], {})[entry["launcher"]] = record["busbw_gbps"]
-    wire = (results.get("tcp") or {}).get("gbit_per_s")  # iperf3 between the nodes (pycli.iperf.TcpLink)
+    wire = (results.get("tcp") or {}).get("gbit_per_s")  # iperf3 between the nodes (pycli.cluster.iperf.TcpLink)
     wire_gbytes = wire / 8 if wire else None
     rows = []
     for size, got in sorted(busbw.items()):
@@ -99,9 +99,9 @@ def allreduce_rows(results: dict) -> tuple[list[dict], float | None]:
 
 def overhead(inventory: Path, repeat: int, env: dict[str, str], runs: Path) -> dict:
     """`pycli train` wall times, then its launcher line run bare over ssh on the same node."""
-    from pycli.cluster_model import load_cluster
-    from pycli.nodes import ssh_argv
-    from pycli.train import layout_of
+    from pycli.cluster.model import load_cluster
+    from pycli.cluster.nodes import ssh_argv
+    from pycli.jobs.train import layout_of
 
     cluster = load_cluster(inventory)
     store = layout_of(cluster).store

@@ -183,7 +183,7 @@ def provision(inventory: Path, argv: list[str], env: dict[str, str], bridge: str
     recap = run_folder / "recap.json"  # site.yml's runs only: a host is ok when it went through every play
     if recap.is_file():
         sys.path.insert(0, str(ROOT))
-        from pycli.json_documents import RECAP, read_document
+        from pycli.core.json_documents import RECAP, read_document
 
         failed = sum(1 for state in read_document(RECAP, recap)["hosts"].values() if state != "ok")
     else:
@@ -240,7 +240,7 @@ def forks_in_use() -> str:
     if os.environ.get("ANSIBLE_FORKS"):
         return f"{os.environ['ANSIBLE_FORKS']} (ANSIBLE_FORKS)"
     sys.path.insert(0, str(ROOT))
-    from pycli.runner import FORKS_DEFAULT_HELP
+    from pycli.cluster.runner import FORKS_DEFAULT_HELP
 
     return f"pycli's default: {FORKS_DEFAULT_HELP.split(';')[0]}"
 

@@ -1,5 +1,5 @@
 import sys
 
-from pycli.cli import main
+from pycli.cli.app import main
 
 sys.exit(main())

@@ -84,7 +84,7 @@ tar -czf "$OUT.new/collections.tar.gz" -C "$SITE" --exclude='*/tests' --exclude=
   ansible_collections/ansible/posix ansible_collections/community/general
 
 echo "gpu-verify-prepare: the digits dataset"
-PYCLI_CACHE=$OUT.new/cache "$PY" -c 'from pycli.datasets import digits_dataset; from pycli.paths import cache_dir; digits_dataset(cache_dir())'
+PYCLI_CACHE=$OUT.new/cache "$PY" -c 'from pycli.jobs.datasets import digits_dataset; from pycli.core.paths import cache_dir; digits_dataset(cache_dir())'
 
 rm -rf "$OUT"
 mv "$OUT.new" "$OUT"

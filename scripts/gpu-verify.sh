@@ -60,7 +60,8 @@ VENV=$WORK/venv
 "$PY" -m venv --without-pip "$VENV" || { echo "gpu-verify: $PY -m venv failed" >&2; exit 1; }
 SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 "$PY" -c 'import site, sys; print("\n".join(site.getsitepackages()))' > "$SITE/zz-machine-python.pth"
-echo "$ROOT" > "$SITE/pycli-checkout.pth"
+# pycli, and its node-side package from its role (pyproject.toml maps it the same way).
+printf '%s\n' "$ROOT" "$ROOT/roles/pycli_node/files" > "$SITE/pycli-checkout.pth"
 "$VENV/bin/python" -m pip --version >/dev/null 2>&1 || { echo "gpu-verify: $PY has no pip" >&2; exit 1; }
 PINS=$("$VENV/bin/python" - "$ROOT" <<'EOF'
 import sys, tomllib

@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from pycli.node_facts import parse_check_build  # noqa: E402
-from pycli.paths import WORKLOADS_DIR  # noqa: E402
+from pycli.cluster.node_facts import parse_check_build  # noqa: E402
+from pycli.core.paths import WORKLOADS_DIR  # noqa: E402
 
 NO_GPU = "no GPU"
 # The roles that make a GPU node, in playbooks/gpu.yml's order, and those this run leaves out.
@@ -379,11 +379,11 @@ def _records(path: Path) -> list[dict]:
 GATES_SNIPPET = """
 import json, sys
 from pathlib import Path
-from pycli.check_gates import CheckContext, gate_nvidia_smi, gate_driver_library
-from pycli.check_gpu_health import gate_gpu_health
-from pycli.check_options import check_options
-from pycli.cluster_model import load_cluster
-from pycli.node_facts import gather_node_facts
+from pycli.health.gates import CheckContext, gate_nvidia_smi, gate_driver_library
+from pycli.health.gpu_health import gate_gpu_health
+from pycli.health.options import check_options
+from pycli.cluster.model import load_cluster
+from pycli.cluster.node_facts import gather_node_facts
 cluster = load_cluster(sys.argv[1])
 run_dir = Path(sys.argv[2]); run_dir.mkdir(parents=True, exist_ok=True)
 ctx = CheckContext(cluster, run_dir, check_options(deep=True, dcgm_level=0))
@@ -425,7 +425,7 @@ def step_gpu_gates(ctx: Context) -> list[Step]:
 def step_recorded(ctx: Context) -> Step:
     """The machine's real nvidia-smi -q, kernel log (the driver's lines) and driver version, saved
     for the parsers' tests (tests/fixtures/recorded) and parsed here by pycli's parsers."""
-    from pycli.gpu_reports import parse_nvidia_smi_q, parse_xids
+    from pycli_node.gpu_reports import parse_nvidia_smi_q, parse_xids
 
     folder = ctx.out / "recorded"
     folder.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""The deep check's compute probe (pycli/check_deep.py): a float32 matrix multiply repeated for
+"""The deep check's compute probe (pycli/health/deep.py): a float32 matrix multiply repeated for
 SECONDS on every GPU of the node, else on its CPU cores.
 
     python compute_probe.py SECONDS

@@ -1,4 +1,4 @@
-"""The deep check's pair probe (pycli/check_deep.py): one rank of a two-rank allreduce between
+"""The deep check's pair probe (pycli/health/deep.py): one rank of a two-rank allreduce between
 two nodes, torch.distributed over NCCL on the first GPU, else Gloo on the CPU.
 
     python pair_allreduce.py RANK MASTER PORT BYTES ITERS

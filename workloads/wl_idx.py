@@ -1,4 +1,4 @@
-"""The IDX format of the training data (MNIST's): written by pycli/datasets.py on the
+"""The IDX format of the training data (MNIST's): written by pycli/jobs/datasets.py on the
 controller, read by wl_data.py on the nodes. Plain Python, no torch, so the controller
 imports this one file for the format's every detail.
 

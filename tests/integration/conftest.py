@@ -20,9 +20,9 @@ CLUSTER3 = f"pytest3-{os.getpid()}"
 def node_run(node: str, *argv: str, cluster: str = CLUSTER) -> tuple[int, str]:
     """argv on a node of a test cluster: its exit code and output (stdout and stderr together).
 
-    Through pycli.dockerapi.run_in: the SDK's exec_run drops output on a loaded machine."""
-    from pycli.dockerapi import run_in
-    from pycli.local_plan import container_name
+    Through pycli.local.dockerapi.run_in: the SDK's exec_run drops output on a loaded machine."""
+    from pycli.local.dockerapi import run_in
+    from pycli.local.plan import container_name
 
     return run_in(container_name(cluster, node), argv)
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from pycli.cache import sha256_of
+from pycli.core.cache import sha256_of
 from tests.conftest import ANSIBLE_PLAYBOOK, ROOT, run_pycli
 
 pytestmark = pytest.mark.integration
-OPENMPI_SOURCE = "openmpi_4.1.4.orig.tar.xz"  # the test bed's source (pycli/local_plan.py)
+OPENMPI_SOURCE = "openmpi_4.1.4.orig.tar.xz"  # the test bed's source (pycli/local/plan.py)
 
 
 def ok_events(runs: Path) -> list[dict]:

@@ -161,7 +161,7 @@ def test_a_folder_that_is_there_keeps_its_owner_and_mode(three_nodes, blob, tmp_
 
 def test_a_peers_damaged_copy_is_refused_and_the_next_peer_serves(three_nodes, blob):
     """fanout-pull.sh on node3, as fanout_round.yml runs it: node2's copy is damaged, node1's whole."""
-    from pycli.cluster_model import load_cluster
+    from pycli.cluster.model import load_cluster
 
     entry, want = blob
     addresses = {host.name: host.address for host in load_cluster(three_nodes).hosts}
@@ -183,7 +183,7 @@ def test_a_peer_frozen_mid_transfer_costs_seconds_and_the_next_peer_serves(three
     import threading
     import time
 
-    from pycli.cluster_model import load_cluster
+    from pycli.cluster.model import load_cluster
 
     entry, want = blob
     addresses = {host.name: host.address for host in load_cluster(three_nodes).hosts}

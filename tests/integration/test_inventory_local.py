@@ -8,9 +8,9 @@ from collections.abc import Mapping
 
 import pytest
 
-from pycli import runner
-from pycli.cluster_model import load_cluster
-from pycli.paths import new_run_dir
+from pycli.cluster import runner
+from pycli.cluster.model import load_cluster
+from pycli.core.paths import new_run_dir
 from tests.conftest import run_pycli
 
 pytestmark = pytest.mark.integration

@@ -6,8 +6,8 @@ import subprocess
 import docker
 import pytest
 
-from pycli import runner
-from pycli.local_cluster import LABEL_CLUSTER
+from pycli.cluster import runner
+from pycli.local.cluster import LABEL_CLUSTER
 from tests.conftest import TEST_CA_BUNDLE, run_pycli
 from tests.integration.conftest import CLUSTER, node_run
 

@@ -14,7 +14,7 @@ import docker
 import pytest
 import yaml
 
-from pycli.local_plan import LOCAL_BED_VARS
+from pycli.local.plan import LOCAL_BED_VARS
 from tests.conftest import ANSIBLE_PLAYBOOK, ROOT, run_pycli
 from tests.integration.conftest import CLUSTER, node_run
 from tests.integration.test_cache_stage import changed_tasks, ok_events

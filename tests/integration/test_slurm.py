@@ -16,7 +16,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from pycli.paths import state_dir
+from pycli.core.paths import state_dir
 from tests.conftest import ROOT, run_pycli
 from tests.integration.conftest import CLUSTER, node_run
 from tests.integration.test_cache_stage import changed_tasks, site_yml_as_typed

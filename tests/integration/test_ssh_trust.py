@@ -16,7 +16,7 @@ def _run(node: str, command: str) -> tuple[int, str]:
 
 
 def _peers(inventory) -> list[str]:
-    from pycli.cluster_model import load_cluster
+    from pycli.cluster.model import load_cluster
 
     cluster = load_cluster(inventory)
     return [f"{host.name}={host.address}={_run(host.name, 'hostname')[1].strip()}" for host in cluster.hosts]

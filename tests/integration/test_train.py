@@ -13,8 +13,8 @@ import docker
 import pytest
 import torch
 
-from pycli.dockerapi import run_in
-from pycli.local_cluster import LABEL_CLUSTER
+from pycli.local.cluster import LABEL_CLUSTER
+from pycli.local.dockerapi import run_in
 from tests.conftest import ROOT, run_pycli
 from tests.integration.conftest import CLUSTER, node_shell
 from tests.integration.test_node_down import _bring_back, _container

@@ -10,8 +10,8 @@ import subprocess
 import docker
 import pytest
 
-from pycli.dockerapi import run_in
-from pycli.local_cluster import LABEL_CLUSTER
+from pycli.local.cluster import LABEL_CLUSTER
+from pycli.local.dockerapi import run_in
 from tests.conftest import ANSIBLE_PLAYBOOK, ROOT, run_pycli
 from tests.integration.conftest import CLUSTER
 from tests.integration.test_train import FAST, interrupt_a_running_job, records, results_of, train

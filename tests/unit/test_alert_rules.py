@@ -3,7 +3,7 @@
 promtool checks the rule file and runs tests/promtool/alerts_test.yml, which feeds each alert
 series that must fire it and series that must not. Beside that: every alert has both kinds of
 test case, a severity and a one-line summary; the hardware Xids of GpuHardwareXid are those of
-pycli/gpu_reports.py; and every DCGM field the rules read is one dcgm-exporter is told to export
+pycli_node.gpu_reports; and every DCGM field the rules read is one dcgm-exporter is told to export
 (roles/monitoring/files/dcgm-counters.csv). promtool comes from scripts/host-prereqs.sh; without
 it these tests fail, they never skip.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pycli.gpu_reports import HARDWARE_XIDS
+from pycli_node.gpu_reports import HARDWARE_XIDS
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "roles" / "monitoring" / "files" / "alerts.yml"
@@ -123,7 +123,7 @@ def test_the_hardware_xids_alerted_on_are_those_of_gpu_reports():
     assert len(xids) == len(set(xids)), f"an Xid compared twice: {sorted(xids)}"
     assert set(xids) == set(HARDWARE_XIDS), (
         f"GpuHardwareXid: missing {sorted(set(HARDWARE_XIDS) - set(xids))}, extra {sorted(set(xids) - set(HARDWARE_XIDS))}"
-        " (HARDWARE_XIDS in pycli/gpu_reports.py is the list)"
+        " (HARDWARE_XIDS in pycli_node.gpu_reports is the list)"
     )
 
 

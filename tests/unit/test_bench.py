@@ -12,20 +12,41 @@ from pathlib import Path
 
 import pytest
 
-from pycli.bench_plan import (
-    ACROSS, WITHIN, BenchRequest, Cell, NodeCapacity, Placement, allreduce_job, allreduce_placement, bench_request,
-    parse_choices, parse_process_counts, parse_size_range, placement_cluster, placements, plan_allreduce, plan_matrix,
-    request_command, skip_reason, training_job,
+from pycli.bench.plan import (
+    ACROSS,
+    WITHIN,
+    BenchRequest,
+    Cell,
+    NodeCapacity,
+    Placement,
+    allreduce_job,
+    allreduce_placement,
+    bench_request,
+    parse_choices,
+    parse_process_counts,
+    parse_size_range,
+    placement_cluster,
+    placements,
+    plan_allreduce,
+    plan_matrix,
+    request_command,
+    skip_reason,
+    training_job,
 )
-from pycli.bench_stats import Estimate, Measurement, CellRun, estimate, measurement_from_records, ratio, summarize
-from pycli.iperf import (
-    measure_tcp, parse_iperf3, tcp_client_command, tcp_commands, tcp_server_command, tcp_stop_command,
+from pycli.bench.stats import CellRun, Estimate, Measurement, estimate, measurement_from_records, ratio, summarize
+from pycli.cluster.iperf import (
+    measure_tcp,
+    parse_iperf3,
+    tcp_client_command,
+    tcp_commands,
+    tcp_server_command,
+    tcp_stop_command,
 )
-from pycli.node_facts import NodeFacts
-from pycli.cluster_model import Cluster, Host, load_cluster
-from pycli.datasets import digits_dataset
-from pycli.errors import BadInput
-from pycli.train import JobRequest
+from pycli.cluster.model import Cluster, Host, load_cluster
+from pycli.cluster.node_facts import NodeFacts
+from pycli.core.errors import BadInput
+from pycli.jobs.datasets import digits_dataset
+from pycli.jobs.train import JobRequest
 from tests.conftest import run_pycli
 
 WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
@@ -78,7 +99,7 @@ def test_the_request_writes_the_command_that_makes_it_again():
 
 
 def test_every_run_of_a_bench_gets_its_env_settings():
-    from pycli.bench_plan import Cell, allreduce_job, training_job
+    from pycli.bench.plan import Cell, allreduce_job, training_job
 
     cell = Cell("horovod", "gloo", Placement(1, 2))
     assert training_job(cell, "synthetic", (), ("A=1",)).env == ("A=1",)

@@ -1,4 +1,4 @@
-"""The files of a bench run, made from a results document built by bench.py's own functions."""
+"""The files of a bench run, made from a results document built by pycli.bench's own functions."""
 
 import csv
 import json
@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from pycli.bench_plan import BenchRequest, Cell, Placement, Skipped
-from pycli.bench_results import AllreduceRun, results_document
-from pycli.bench_stats import Measurement, CellRun, summarize
-from pycli.iperf import TcpLink
-from pycli.node_facts import HorovodBuild, NodeFacts
-from pycli.bench_report import environment_rows, format_value, render_markdown, scaling_rows, skipped_lines, write_report
+from pycli.bench.plan import BenchRequest, Cell, Placement, Skipped
+from pycli.bench.report import environment_rows, format_value, render_markdown, scaling_rows, skipped_lines, write_report
+from pycli.bench.results import AllreduceRun, results_document
+from pycli.bench.stats import CellRun, Measurement, summarize
+from pycli.cluster.iperf import TcpLink
+from pycli.cluster.node_facts import HorovodBuild, NodeFacts
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "workloads"))
 import allreduce  # noqa: E402
@@ -125,7 +125,7 @@ def test_a_difference_between_nodes_shows_in_the_environment():
 
 
 def node_document(facts):
-    from pycli.bench_results import facts_document
+    from pycli.bench.results import facts_document
 
     return facts_document(facts)
 

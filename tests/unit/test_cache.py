@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pycli import cache
-from pycli.cli import main
-from pycli.errors import BadInput
+from pycli.cli.app import main
+from pycli.core import cache
+from pycli.core.errors import BadInput
 
 ENTRY_SCRIPT = Path(__file__).resolve().parents[2] / "roles" / "artifact_cache" / "files" / "cache_entry.sh"
 

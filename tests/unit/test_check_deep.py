@@ -9,11 +9,10 @@ import sys
 
 import pytest
 
-from pycli.check_gates import FAIL, PASS
-from pycli.check_options import check_options
-from pycli.check_run import drain_suspects, gates_for
-from pycli.cluster_model import load_cluster
-from pycli.check_deep import (
+from pycli.cluster.drained import with_drained
+from pycli.cluster.model import load_cluster
+from pycli.core.errors import BadInput
+from pycli.health.deep import (
     DEEP_GATES,
     compute_command,
     evaluate_compute,
@@ -25,10 +24,11 @@ from pycli.check_deep import (
     probe_bundle,
     ratios_to_others,
 )
-from pycli.check_figures import Link
-from pycli.check_plots import plot_compute, plot_links
-from pycli.drained import with_drained
-from pycli.errors import BadInput
+from pycli.health.figures import Link
+from pycli.health.gates import FAIL, PASS
+from pycli.health.options import check_options
+from pycli.health.plots import plot_compute, plot_links
+from pycli.health.run import drain_suspects, gates_for
 
 
 @pytest.mark.parametrize("count", [2, 3, 4, 5, 8, 9, 16])
@@ -61,10 +61,10 @@ def test_the_compute_gate_names_exactly_the_slow_node():
 
 def _compute_rounds(monkeypatch, tmp_path, rounds: list[dict[str, float]]):
     """gate_compute on three nodes whose probes answer `rounds` in turn; the gate and its context."""
-    import pycli.check_deep as check_deep
-    from pycli.check_gates import CheckContext
-    from pycli.cluster_model import Cluster, Host
-    from pycli.nodes import NodeOutput
+    import pycli.health.deep as check_deep
+    from pycli.cluster.model import Cluster, Host
+    from pycli.cluster.nodes import NodeOutput
+    from pycli.health.gates import CheckContext
 
     answered = iter(rounds)
 
@@ -196,7 +196,7 @@ def test_fence_drains_the_suspects_with_their_figures(tmp_path, monkeypatch):
 
 
 def test_a_pair_s_figure_is_its_slower_direction():
-    from pycli.iperf import parse_iperf3, tcp_client_command
+    from pycli.cluster.iperf import parse_iperf3, tcp_client_command
 
     both = {"end": {"sum_received": {"bits_per_second": 9e9}, "sum_received_bidir_reverse": {"bits_per_second": 1e9}}}
     assert parse_iperf3(json.dumps(both)) == 1e9
@@ -204,8 +204,8 @@ def test_a_pair_s_figure_is_its_slower_direction():
 
 
 def test_a_failing_deep_gate_leaves_the_next_deep_gate_to_run(tmp_path):
-    from pycli.check_gates import NOT_RUN, Gate, GateResult
-    from pycli.check_run import run_gates
+    from pycli.health.gates import NOT_RUN, Gate, GateResult
+    from pycli.health.run import run_gates
 
     ran = []
 
@@ -235,7 +235,7 @@ def test_the_probes_travel_with_the_workloads_they_import_and_leave_nothing_behi
 
 
 def test_the_plots_import_the_figures_and_never_the_check():
-    loaded = subprocess.run([sys.executable, "-c", "import sys, pycli.check_plots; print('pycli.check_deep' in sys.modules)"],
+    loaded = subprocess.run([sys.executable, "-c", "import sys, pycli.health.plots; print('pycli.health.deep' in sys.modules)"],
                             capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "False"
 
@@ -243,8 +243,8 @@ def test_the_plots_import_the_figures_and_never_the_check():
 def test_with_deep_a_failed_whole_cluster_gate_leaves_the_per_node_and_per_pair_gates_to_run():
     """A slow link failed the 12-rank allreduce first; the links gate, the one that names the
     pair, must still run. Only an unreachable node stops them."""
-    from pycli.check_gates import NOT_RUN, Gate, GateResult
-    from pycli.check_run import run_gates
+    from pycli.health.gates import NOT_RUN, Gate, GateResult
+    from pycli.health.run import run_gates
 
     def gate(name, status, **kw):
         return Gate(name, name, lambda ctx: ran.append(name) or GateResult(name, status), **kw)

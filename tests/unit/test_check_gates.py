@@ -5,20 +5,34 @@ from pathlib import Path
 
 import pytest
 
-from pycli.check_gates import (
-    FAIL, NOT_RUN, PASS, SKIP, CheckContext, Gate, GateResult, docker_gpu_command,
-    evaluate_allreduce, evaluate_docker_gpu, evaluate_driver_library, evaluate_horovod_build, evaluate_mesh,
-    evaluate_mpirun, evaluate_nvidia_smi, evaluate_reachable, evaluate_same_software, mesh_command, mpirun_command,
+from pycli.cluster.model import Cluster, Drained, Host
+from pycli.cluster.nodes import NodeOutput
+from pycli.core.errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, BadInput
+from pycli.core.sizes import parse_size
+from pycli.health.gates import (
+    FAIL,
+    NOT_RUN,
+    PASS,
+    SKIP,
+    CheckContext,
+    Gate,
+    GateResult,
+    docker_gpu_command,
+    evaluate_allreduce,
+    evaluate_docker_gpu,
+    evaluate_driver_library,
+    evaluate_horovod_build,
+    evaluate_mesh,
+    evaluate_mpirun,
+    evaluate_nvidia_smi,
+    evaluate_reachable,
+    evaluate_same_software,
+    mesh_command,
+    mpirun_command,
 )
-from pycli.check_options import DEFAULTS, check_options
-from pycli.cluster_model import Drained
-from pycli.check_run import exit_code, report_json, result_line, run_gates
-from pycli.errors import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
-from pycli.cluster_model import Cluster, Host
-from pycli.errors import BadInput
-from pycli.job_log import job_failure
-from pycli.nodes import NodeOutput
-from pycli.sizes import parse_size
+from pycli.health.options import DEFAULTS, check_options
+from pycli.health.run import exit_code, report_json, result_line, run_gates
+from pycli.jobs.log import job_failure
 from tests.conftest import run_pycli
 from tests.unit.test_node_facts import GPU_PROBE, PROBE, facts
 
@@ -228,9 +242,9 @@ def test_a_failed_jobs_reason_is_its_first_exception():
 
 
 def test_one_local_host_needs_no_ssh_mesh_and_nothing_is_run_for_it(tmp_path):
-    from pycli.check_gates import CheckContext, gate_ssh_mesh
-    from pycli.check_options import DEFAULTS
-    from pycli.cluster_model import load_cluster
+    from pycli.cluster.model import load_cluster
+    from pycli.health.gates import CheckContext, gate_ssh_mesh
+    from pycli.health.options import DEFAULTS
 
     inventory = tmp_path / "local.ini"
     inventory.write_text("[nodes]\nlocalhost ansible_connection=local\n")

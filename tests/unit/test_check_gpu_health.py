@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from pycli.check_gates import FAIL, PASS, SKIP
-from pycli.check_options import check_options
-from pycli.errors import BadInput
-from pycli.check_gpu_health import MARK, Section, evaluate_gpu_health, evaluate_node, health_command, split_sections
-from pycli.gpu_reports import parse_dcgm_diag, parse_nvidia_smi_q, parse_smi_tree, parse_xids
+from pycli.core.errors import BadInput
+from pycli.health.gates import FAIL, PASS, SKIP
+from pycli.health.gpu_health import MARK, Section, evaluate_gpu_health, evaluate_node, health_command, split_sections
+from pycli.health.options import check_options
+from pycli_node.gpu_reports import parse_dcgm_diag, parse_nvidia_smi_q, parse_smi_tree, parse_xids
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
 

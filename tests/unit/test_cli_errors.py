@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from pycli.cli import main
+from pycli.cli.app import main
 
 
 @pytest.mark.parametrize(
@@ -68,7 +68,7 @@ EVERY_INVENTORY_COMMAND = [
 
 @pytest.mark.parametrize("command", EVERY_INVENTORY_COMMAND)
 def test_no_inventory_and_no_local_cluster_is_one_line_and_exit_2(command, capsys, monkeypatch):
-    monkeypatch.setattr("pycli.local_cluster.running_clusters", lambda: {})
+    monkeypatch.setattr("pycli.local.cluster.running_clusters", lambda: {})
     assert main(command) == 2
     err = capsys.readouterr().err
     assert err == ("pycli: error: no inventory given and no local cluster is up: name one (first argument or "
@@ -82,13 +82,13 @@ def test_every_command_falls_back_to_the_one_local_cluster_up_and_says_so(comman
     # to the end; every command gets as far as reading it (no "no inventory given").
     inventory = tmp_path / "local-x.ini"
     inventory.write_text(INVENTORY)
-    monkeypatch.setattr("pycli.local_cluster.running_clusters", lambda: {"x": inventory})
+    monkeypatch.setattr("pycli.local.cluster.running_clusters", lambda: {"x": inventory})
     monkeypatch.setenv("PYCLI_STATE", str(tmp_path / "state"))
-    monkeypatch.setattr("pycli.cli_provision.provision", lambda cluster, request: 0)
-    monkeypatch.setattr("pycli.cli_cache.provision", lambda cluster, request: 0)
-    monkeypatch.setattr("pycli.check_run.check", lambda cluster, options, as_json=False: 0)
-    monkeypatch.setattr("pycli.train.run_job", lambda cluster, request: type("Outcome", (), {"code": 0})())
-    monkeypatch.setattr("pycli.bench.bench", lambda cluster, request: 0)
+    monkeypatch.setattr("pycli.cli.provision.provision", lambda cluster, request: 0)
+    monkeypatch.setattr("pycli.cli.cache.provision", lambda cluster, request: 0)
+    monkeypatch.setattr("pycli.health.run.check", lambda cluster, options, as_json=False: 0)
+    monkeypatch.setattr("pycli.jobs.train.run_job", lambda cluster, request: type("Outcome", (), {"code": 0})())
+    monkeypatch.setattr("pycli.bench.run.bench", lambda cluster, request: 0)
     main(command)
     err = capsys.readouterr().err
     assert err.startswith(f"pycli: inventory {inventory}: the local cluster 'x', the one that is up\n")
@@ -96,13 +96,13 @@ def test_every_command_falls_back_to_the_one_local_cluster_up_and_says_so(comman
 
 
 def test_two_local_clusters_up_and_no_inventory_is_exit_2(capsys, monkeypatch):
-    monkeypatch.setattr("pycli.local_cluster.running_clusters", lambda: {"a": Path("a.ini"), "b": Path("b.ini")})
+    monkeypatch.setattr("pycli.local.cluster.running_clusters", lambda: {"a": Path("a.ini"), "b": Path("b.ini")})
     assert main(["provision"]) == 2
     assert capsys.readouterr().err == (
         "pycli: error: no inventory given and 2 local clusters are up (a, b): name one (first argument or -i INVENTORY)\n")
 
 
-@pytest.mark.parametrize(("command", "module"), [(["provision"], "pycli.cli_provision"), (["fetch"], "pycli.cli_cache")])
+@pytest.mark.parametrize(("command", "module"), [(["provision"], "pycli.cli.provision"), (["fetch"], "pycli.cli.cache")])
 def test_playbook_commands_read_the_inventory_once_as_argument_or_dash_i(command, module, tmp_path, monkeypatch):
     inventory = tmp_path / "a.ini"
     inventory.write_text(INVENTORY)
@@ -117,7 +117,7 @@ def test_playbook_commands_read_the_inventory_once_as_argument_or_dash_i(command
 
 
 def test_an_inventory_first_among_train_s_and_bench_s_arguments(tmp_path, monkeypatch):
-    from pycli.cli_options import leading_inventory
+    from pycli.cli.options import leading_inventory
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "cluster.ini").write_text(INVENTORY)

@@ -13,8 +13,8 @@ import pytest
 import typer
 from typer.core import TyperGroup
 
-from pycli.cli import app, main
-from pycli.cli_options import COMMON_OPTIONS, RENAMED_FLAGS, command_path, rename_flags
+from pycli.cli.app import app, main
+from pycli.cli.options import COMMON_OPTIONS, RENAMED_FLAGS, command_path, rename_flags
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = "[nodes]\nn1 ansible_host=10.0.0.1 slots=2\nn2 ansible_host=10.0.0.2 slots=2\n"

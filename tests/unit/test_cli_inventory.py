@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from pycli.cli import main
-from pycli.cli_inventory import ClusterSettings, new_inventory_text
-from pycli.cluster_model import Cluster, Host, load_cluster
-from pycli.errors import EXIT_BAD_INPUT
-from pycli.inventory_writer import HostEntry
+from pycli.cli.app import main
+from pycli.cli.inventory import ClusterSettings, new_inventory_text
+from pycli.cluster.inventory_writer import HostEntry
+from pycli.cluster.model import Cluster, Host, load_cluster
+from pycli.core.errors import EXIT_BAD_INPUT
 from tests.conftest import run_pycli
 
 

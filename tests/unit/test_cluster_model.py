@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pycli.cluster_model import (
+from pycli.cluster.inventory_writer import HostEntry
+from pycli.cluster.model import (
     Cluster,
     Host,
     address_problem,
@@ -19,8 +20,7 @@ from pycli.cluster_model import (
     parse_host_list,
     positive_int,
 )
-from pycli.errors import EXIT_BAD_INPUT, BadInput
-from pycli.inventory_writer import HostEntry
+from pycli.core.errors import EXIT_BAD_INPUT, BadInput
 from tests.conftest import run_pycli
 
 
@@ -380,7 +380,7 @@ def test_parse_host_list_errors(text, fragment):
 
 
 def test_ssh_options_and_settings_come_from_the_inventory(tmp_path):
-    from pycli.cluster_model import load_cluster
+    from pycli.cluster.model import load_cluster
 
     path = tmp_path / "c.ini"
     path.write_text(

@@ -1,4 +1,4 @@
-"""pycli.dockerapi.run_in: a command in a node container, its exit code and all of its output.
+"""pycli.local.dockerapi.run_in: a command in a node container, its exit code and all of its output.
 
 The engine's command line is a stand-in here (a script named docker first on PATH), so what is
 tested is what run_in makes of an answer: the integration tests run it against real nodes.
@@ -8,8 +8,8 @@ import stat
 
 import pytest
 
-from pycli import dockerapi
-from pycli.errors import BadInput, PycliError
+from pycli.core.errors import BadInput, PycliError
+from pycli.local import dockerapi
 
 
 def _docker(tmp_path, monkeypatch, body: str) -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pycli.cluster_model import Drained, load_cluster
-from pycli.drained import drain, drained_file, for_jobs, read_drained, undrain, with_drained
-from pycli.errors import BadInput
+from pycli.cluster.drained import drain, drained_file, for_jobs, read_drained, undrain, with_drained
+from pycli.cluster.model import Drained, load_cluster
+from pycli.core.errors import BadInput
 from tests.conftest import run_pycli
 
 INVENTORY = """[nodes]
@@ -170,7 +170,7 @@ def test_two_drains_at_once_both_keep_their_nodes(state, tmp_path):
 def test_fencing_drains_every_suspect_even_with_a_reason_longer_than_a_person_may_type(state, inventory):
     """A DCGM result with two warnings makes a reason over MAX_REASON: what is stored is shortened
     (check.json keeps all of it), and no suspect is left undrained."""
-    from pycli.drained import MAX_REASON, fence
+    from pycli.cluster.drained import MAX_REASON, fence
 
     long_why = ("dcgmi diag: Warning: PCIe replay count 12 above the threshold on GPU 0; "
                 "Warning: a GPU's memory bandwidth 1.2 TB/s is below 80% of the expected on GPU 3; " * 2)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pycli.containers import JobContainer
-from pycli.errors import BadInput
-from pycli.launch_lines import elastic_min_nodes, host_discovery_script, launch_commands, torchrun_argv, workload_args
-from pycli.job_files import stage_items
+from pycli.core.errors import BadInput
+from pycli.jobs.containers import JobContainer
+from pycli.jobs.files import stage_items
+from pycli.jobs.launch import elastic_min_nodes, host_discovery_script, launch_commands, torchrun_argv, workload_args
 from tests.unit.test_train_plan import cluster, only_line, plan
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pycli.datasets import digits_dataset
-from pycli.launch_lines import TORCHRUN_ELASTIC_ENV
+from pycli.jobs.datasets import digits_dataset
+from pycli.jobs.launch import TORCHRUN_ELASTIC_ENV
 
 WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 

@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from pycli import host_limits
-from pycli.host_limits import INSTANCES, PER_NODE, RAISED, WATCHES, check_room_for, shortfalls, why_stopped
+from pycli.local import host_limits
+from pycli.local.host_limits import INSTANCES, PER_NODE, RAISED, WATCHES, check_room_for, shortfalls, why_stopped
 from tests.conftest import ROOT
 
 
@@ -62,7 +62,7 @@ def test_a_node_that_stopped_while_booting_says_its_own_last_line_or_the_limits(
 
 def test_host_prereqs_reads_the_values_and_the_file_from_here():
     """The script runs the machine's python3 on this module: standard library only."""
-    code = "import sys; import pycli.host_limits as h; print(h.sysctl_file_text(), end=''); print(sorted(sys.modules) and 'typer' in sys.modules)"
+    code = "import sys; import pycli.local.host_limits as h; print(h.sysctl_file_text(), end=''); print(sorted(sys.modules) and 'typer' in sys.modules)"
     out = subprocess.run(["python3", "-c", code], cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": os.environ["PATH"]},
                          capture_output=True, text=True, check=True).stdout
     assert f"fs.inotify.max_user_instances = {RAISED[INSTANCES]}\n" in out and out.rstrip().endswith("False")

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pycli.cluster_model import Cluster, Host
-from pycli.errors import EXIT_BAD_INPUT, BadInput
-from pycli.hostfiles import FORMATS, check_format, fill_slots, parse_horovod_hosts, parse_hostfile, render_hostfile
-from pycli.inventory_writer import HostEntry
+from pycli.cluster.hostfiles import FORMATS, check_format, fill_slots, parse_horovod_hosts, parse_hostfile, render_hostfile
+from pycli.cluster.inventory_writer import HostEntry
+from pycli.cluster.model import Cluster, Host
+from pycli.core.errors import EXIT_BAD_INPUT, BadInput
 
 
 def cluster_of(*slots: int) -> Cluster:

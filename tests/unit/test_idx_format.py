@@ -1,4 +1,4 @@
-"""The IDX data format between the controller, which writes it (pycli/datasets.py), and the
+"""The IDX data format between the controller, which writes it (pycli/jobs/datasets.py), and the
 nodes, which read it (workloads/wl_data.py): one definition (workloads/wl_idx.py), held to
 MNIST's own bytes so that neither side can drift from it, nor from the files users bring."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pycli.datasets import MNIST_NAMES, idx_bytes, read_idx_header, write_idx_split
+from pycli.jobs.datasets import MNIST_NAMES, idx_bytes, read_idx_header, write_idx_split
 
 WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 sys.path.insert(0, str(WORKLOADS))
@@ -94,6 +94,6 @@ def test_the_controller_and_the_nodes_take_the_format_from_one_file_without_torc
     import wl_data
 
     assert Path(inspect.getsourcefile(wl_data.idx_header)) == WORKLOADS / "wl_idx.py"
-    proc = subprocess.run([sys.executable, "-c", "import sys, pycli.datasets; print('torch' in sys.modules)"],
+    proc = subprocess.run([sys.executable, "-c", "import sys, pycli.jobs.datasets; print('torch' in sys.modules)"],
                           capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "False", proc.stderr

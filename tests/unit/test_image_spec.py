@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from pycli.errors import BadInput
-from pycli.local_image import ImageSpec
+from pycli.core.errors import BadInput
+from pycli.local.image import ImageSpec
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
@@ -51,7 +51,7 @@ KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 
 def argv_run_by_debootstrap(monkeypatch, tmp_path) -> list[str]:
     """The argv pycli runs debootstrap with, caught instead of run."""
-    from pycli import local_image
+    from pycli.local import image as local_image
 
     monkeypatch.setenv("PYCLI_CACHE", str(tmp_path / "cache"))
     ran = []
@@ -74,7 +74,8 @@ def cannot_build_for_want_of_the_keyring(monkeypatch, tmp_path):
     """Root, debootstrap present, no image yet, but no Debian archive keyring."""
     from docker.errors import ImageNotFound
 
-    from pycli import dockerapi, local_image
+    from pycli.local import dockerapi
+    from pycli.local import image as local_image
 
     class Images:
         def get(self, tag):
@@ -94,7 +95,7 @@ def cannot_build_for_want_of_the_keyring(monkeypatch, tmp_path):
 
 
 def test_a_missing_debian_keyring_stops_the_build_in_one_line(monkeypatch, tmp_path, capsys):
-    from pycli.cli import main
+    from pycli.cli.app import main
 
     ran = cannot_build_for_want_of_the_keyring(monkeypatch, tmp_path)
     assert main(["cluster", "image"]) == 2

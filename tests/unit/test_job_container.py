@@ -7,11 +7,11 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from pycli import containers
-from pycli.cluster_model import Cluster, Host
-from pycli.errors import BadInput
-from pycli.launch_lines import NodeLayout, launch_commands
-from pycli.train import JobRequest, plan_job
+from pycli.cluster.model import Cluster, Host
+from pycli.core.errors import BadInput
+from pycli.jobs import containers
+from pycli.jobs.launch import NodeLayout, launch_commands
+from pycli.jobs.train import JobRequest, plan_job
 
 # A small folder of files standing in for a dataset (plan_job names data by its content).
 DATA = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"

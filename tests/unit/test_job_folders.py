@@ -1,4 +1,4 @@
-"""Job folders on the nodes: staging (node_files/stage-job.sh, driven by pycli.job_files)
+"""Job folders on the nodes: staging (pycli_node/stage-job.sh, driven by pycli.jobs.files)
 sends a node only what its store lacks and keeps the newest `pycli_jobs_kept` job folders;
 a --docker job's container files (its private keys) go when the job ends.
 
@@ -14,10 +14,11 @@ from pathlib import Path, PurePosixPath
 import pytest
 import yaml
 
+from pycli.core.paths import NODE_PACKAGE
 from tests.conftest import run_tasks_locally
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "pycli" / "node_files" / "stage-job.sh"
+SCRIPT = NODE_PACKAGE / "stage-job.sh"
 
 
 def playbook_task(playbook: str, name: str) -> dict:
@@ -86,8 +87,8 @@ def test_a_job_folder_a_running_process_names_is_kept(jobs):
 
 @pytest.mark.parametrize("kept", ["many", "-1", "2.5", ""])
 def test_a_count_that_is_no_whole_number_changes_nothing_and_names_the_variable(jobs, kept):
-    from pycli.errors import BadInput
-    from pycli.job_files import jobs_kept
+    from pycli.core.errors import BadInput
+    from pycli.jobs.files import jobs_kept
 
     done = stage_script("check", jobs / "20261124-200000-7", kept)
     assert done.returncode == 2 and b"pycli_jobs_kept" in done.stderr
@@ -102,7 +103,7 @@ def test_a_count_that_is_no_whole_number_changes_nothing_and_names_the_variable(
 
 
 def items_for(tmp_path: Path, job_dir: Path):
-    from pycli.job_files import StageItem, content_digest
+    from pycli.jobs.files import StageItem, content_digest
 
     workloads = tmp_path / "controller" / "workloads"
     (workloads / "__pycache__").mkdir(parents=True, exist_ok=True)
@@ -125,7 +126,7 @@ def items_for(tmp_path: Path, job_dir: Path):
 
 
 def tar_of(items) -> bytes:
-    from pycli.job_files import write_tar
+    from pycli.jobs.files import write_tar
 
     out = io.BytesIO()
     write_tar(items, out)
@@ -180,7 +181,7 @@ def test_the_store_keeps_the_newest_entries_and_those_in_use(tmp_path):
     assert sorted(p.name for p in store.iterdir()) == sorted([names[0], names[1], names[5]])
 
 
-# --- end to end through pycli.job_files, an `ssh` that runs its command here --------------------
+# --- end to end through pycli.jobs.files, an `ssh` that runs its command here --------------------
 
 
 @pytest.fixture
@@ -195,15 +196,15 @@ def local_ssh(tmp_path, monkeypatch):
 
 
 def _cluster(tmp_path):
-    from pycli.cluster_model import Cluster, Host
+    from pycli.cluster.model import Cluster, Host
 
     hosts = (Host("n1", "10.9.0.1", user="root", slots=2), Host("n2", "10.9.0.2", user="root", slots=2))
     return Cluster(hosts=hosts, launcher="n1", inventory=tmp_path / "inventory.ini")
 
 
 def _plan(tmp_path, **kw):
-    from pycli import train
-    from pycli.launch_lines import NodeLayout
+    from pycli.jobs import train
+    from pycli.jobs.launch import NodeLayout
 
     layout = NodeLayout(work_dir=PurePosixPath(tmp_path / "srv"))
     request = train.JobRequest(np=4, workload=kw.pop("workload", "synthetic"), **kw)
@@ -211,8 +212,8 @@ def _plan(tmp_path, **kw):
 
 
 def test_stage_then_collect_over_ssh(tmp_path, local_ssh):
-    from pycli import job_files
-    from pycli.launch_lines import launch_commands, rank_threads
+    from pycli.jobs import files as job_files
+    from pycli.jobs.launch import launch_commands, rank_threads
 
     plan = _plan(tmp_path, launcher="torchrun")
     assert rank_threads(plan) is None  # before staging counted the cores
@@ -242,9 +243,9 @@ def test_stage_then_collect_over_ssh(tmp_path, local_ssh):
 def test_threads_per_rank_given_or_shared_out():
     from dataclasses import replace
 
-    from pycli.cluster_model import Cluster, Host
-    from pycli.launch_lines import NodeLayout, launch_commands, rank_threads
-    from pycli.train import JobRequest, plan_job
+    from pycli.cluster.model import Cluster, Host
+    from pycli.jobs.launch import NodeLayout, launch_commands, rank_threads
+    from pycli.jobs.train import JobRequest, plan_job
 
     hosts = (Host("n1", "10.9.0.1", slots=4), Host("n2", "10.9.0.2", slots=2))
     cluster = Cluster(hosts=hosts, launcher="n1")
@@ -286,9 +287,9 @@ def test_the_end_of_a_docker_job_removes_its_container_files_from_the_node(tmp_p
 
 
 def test_a_docker_job_whose_staging_fails_still_removes_what_reached_the_nodes(tmp_path, monkeypatch):
-    from pycli import train
-    from pycli.containers import JobContainer
-    from pycli.errors import PycliError
+    from pycli.core.errors import PycliError
+    from pycli.jobs import train
+    from pycli.jobs.containers import JobContainer
 
     removed = []
 
@@ -307,7 +308,7 @@ def test_a_docker_job_whose_staging_fails_still_removes_what_reached_the_nodes(t
 
 
 def test_what_the_stage_script_says_is_read_line_by_line():
-    from pycli.job_files import parse_stage
+    from pycli.jobs.files import parse_stage
 
     said = parse_stage("removed 20261124-100000-101\nkept-back rm: cannot remove 'x/last.pt': Permission denied\n"
                        f"need {'a' * 32}\ncpus 64\ngpus 8\nport 41234\nnoise\n")
@@ -317,8 +318,8 @@ def test_what_the_stage_script_says_is_read_line_by_line():
 
 def test_a_dead_kept_connection_is_closed_and_the_command_runs_once_more(tmp_path, monkeypatch):
     """The node restarted: its kept connection's master runs on but ssh fails through it (255)."""
-    from pycli.cluster_model import Host
-    from pycli.nodes import ssh_each
+    from pycli.cluster.model import Host
+    from pycli.cluster.nodes import ssh_each
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -350,8 +351,8 @@ esac
 def test_commands_that_wait_for_each_other_all_get_their_stdin_at_once(tmp_path, monkeypatch):
     """The two ranks of a pair's allreduce each read the probes from stdin, then wait for the
     other: stdin handed to one command after the other has ended would leave both waiting."""
-    from pycli.cluster_model import Host
-    from pycli.nodes import ssh_each
+    from pycli.cluster.model import Host
+    from pycli.cluster.nodes import ssh_each
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -390,8 +391,8 @@ esac
 
 
 def test_a_stream_through_a_dead_kept_connection_is_sent_again_whole(tmp_path, monkeypatch):
-    from pycli.cluster_model import Host
-    from pycli.nodes import ssh_stream
+    from pycli.cluster.model import Host
+    from pycli.cluster.nodes import ssh_stream
 
     calls = _stale_master_ssh(tmp_path, monkeypatch, f"cat > {tmp_path}/received; echo unpacked")
     answer = ssh_stream(Host("n1", "10.0.0.1"), "receive", send=lambda stdin: stdin.write(b"tar bytes"), timeout_s=30)
@@ -400,8 +401,8 @@ def test_a_stream_through_a_dead_kept_connection_is_sent_again_whole(tmp_path, m
 
 
 def test_a_stream_read_back_or_broken_off_says_so(tmp_path, monkeypatch):
-    from pycli.cluster_model import Host
-    from pycli.nodes import ssh_stream
+    from pycli.cluster.model import Host
+    from pycli.cluster.nodes import ssh_stream
 
     (tmp_path / "closed").touch()  # a live connection from the start
     _stale_master_ssh(tmp_path, monkeypatch, "printf 'results'")
@@ -420,8 +421,8 @@ def test_results_come_from_the_node_where_torchrun_s_rendezvous_put_rank_0(tmp_p
     """c10d numbers the nodes by their addresses, not the plan: rank 0's metrics may be on the second node."""
     from dataclasses import replace
 
-    from pycli import job_files
-    from pycli.nodes import NodeOutput
+    from pycli.cluster.nodes import NodeOutput
+    from pycli.jobs import files as job_files
 
     asked = []
 

@@ -1,4 +1,4 @@
-"""pycli.job_trust: the launcher's logins to its peers, probed while staging, before any rank starts."""
+"""pycli.jobs.trust: the launcher's logins to its peers, probed while staging, before any rank starts."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from pycli import job_files, job_trust, train
-from pycli.cluster_model import Cluster, Host
-from pycli.containers import JobContainer
-from pycli.launch_lines import NodeLayout
+from pycli.cluster.model import Cluster, Host
+from pycli.jobs import files as job_files
+from pycli.jobs import train
+from pycli.jobs import trust as job_trust
+from pycli.jobs.containers import JobContainer
+from pycli.jobs.launch import NodeLayout
 
 # The fake ssh refuses this address as a stale known_hosts would.
 STALE = "10.9.0.2"

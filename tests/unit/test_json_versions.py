@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from pycli.bench_plan import BenchRequest
-from pycli.bench_report import write_report
-from pycli.bench_results import results_document
-from pycli.check_gates import GateResult
-from pycli.check_run import report_json
-from pycli.cluster_model import Cluster, Host
-from pycli.errors import EXIT_BAD_INPUT, BadInput
-from pycli.json_documents import CHECK, RECAP, RESULTS, read_document, versioned
-from pycli.provision_recap import last_unfinished, write_recap
+from pycli.bench.plan import BenchRequest
+from pycli.bench.report import write_report
+from pycli.bench.results import results_document
+from pycli.cluster.model import Cluster, Host
+from pycli.core.errors import EXIT_BAD_INPUT, BadInput
+from pycli.core.json_documents import CHECK, RECAP, RESULTS, read_document, versioned
+from pycli.health.gates import GateResult
+from pycli.health.run import report_json
+from pycli.provision.recap import last_unfinished, write_recap
 
 
 def _cluster(tmp_path) -> Cluster:

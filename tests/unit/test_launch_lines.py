@@ -8,10 +8,10 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from pycli.check_gates import mpirun_command
-from pycli.cluster_model import Host
-from pycli.errors import BadInput
-from pycli.launch_lines import MPIRUN_ENV, MPIRUN_FLAGS, job_process_pattern, mpirun_argv, ssh_port_option, stray_sweep_line
+from pycli.cluster.model import Host
+from pycli.core.errors import BadInput
+from pycli.health.gates import mpirun_command
+from pycli.jobs.launch import MPIRUN_ENV, MPIRUN_FLAGS, job_process_pattern, mpirun_argv, ssh_port_option, stray_sweep_line
 
 HOSTS = (Host("n1", "10.9.0.1", slots=2), Host("n2", "10.9.0.2", slots=2))
 
@@ -111,8 +111,8 @@ def test_a_work_folder_a_pattern_cannot_name_is_refused():
 def test_the_node_paths_are_the_common_roles_defaults_unless_the_inventory_sets_them():
     import yaml
 
-    from pycli.launch_lines import NodeLayout
-    from pycli.paths import PROJECT_ROOT
+    from pycli.core.paths import PROJECT_ROOT
+    from pycli.jobs.launch import NodeLayout
 
     role = yaml.safe_load((PROJECT_ROOT / "roles" / "common" / "defaults" / "main.yml").read_text())
     layout = NodeLayout()
@@ -123,7 +123,7 @@ def test_the_node_paths_are_the_common_roles_defaults_unless_the_inventory_sets_
 
 
 def test_the_horovod_role_takes_its_venv_from_the_common_role():
-    from pycli.paths import role_defaults
+    from pycli.core.paths import role_defaults
 
     assert "common_venv_path" in role_defaults("horovod")["horovod_venv_path"]
 
@@ -133,7 +133,7 @@ def test_every_fallback_of_the_venv_path_is_the_common_role_s():
     # value; this holds those copies to the one home, roles/common/defaults/main.yml.
     import re
 
-    from pycli.paths import PROJECT_ROOT, role_defaults
+    from pycli.core.paths import PROJECT_ROOT, role_defaults
 
     venv = role_defaults("common")["common_venv_path"]
     fallbacks = {
@@ -145,8 +145,8 @@ def test_every_fallback_of_the_venv_path_is_the_common_role_s():
 
 
 def test_gloo_and_nccl_sockets_follow_the_interface_in_every_line_that_names_one():
-    from pycli.check_deep import pair_allreduce_command
-    from pycli.launch_lines import socket_interface_env
+    from pycli.health.deep import pair_allreduce_command
+    from pycli.jobs.launch import socket_interface_env
 
     assert socket_interface_env(None) == [] and socket_interface_env("") == []
     settings = socket_interface_env("ens5")

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from pycli import dockerapi, local_cluster
-from pycli.errors import BadInput
+from pycli.core.errors import BadInput
+from pycli.local import cluster as local_cluster
+from pycli.local import dockerapi
+from pycli.local.plan import check_inventory_owner, inventory_owner, plan_cluster, render_local_inventory
 from tests.conftest import ROOT
-from pycli.local_plan import check_inventory_owner, inventory_owner, plan_cluster, render_local_inventory
 
 
 def _inventory(name: str) -> str:
@@ -91,7 +92,7 @@ def test_removing_a_cluster_leaves_another_clusters_inventory(tmp_path):
 
 
 def test_down_removes_the_keys_and_secrets_the_roles_made_for_that_cluster_only(tmp_path, monkeypatch):
-    from pycli.local_plan import ROLE_STATE_DIRS
+    from pycli.local.plan import ROLE_STATE_DIRS
 
     monkeypatch.setenv("PYCLI_STATE", str(tmp_path / "state"))
     monkeypatch.setattr(dockerapi, "connect", lambda: _NoContainers())
@@ -127,7 +128,7 @@ def test_up_and_down_wait_for_no_one_while_another_process_holds_the_lock(tmp_pa
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent("""
             import sys
-            from pycli.local_cluster import cluster_lock
+            from pycli.local.cluster import cluster_lock
             with cluster_lock("demo"):
                 print("held", flush=True)
                 sys.stdin.read()

@@ -14,14 +14,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from pycli import job_processes, nodes
-from pycli.cli import main
-from pycli.cli_inventory import LOCAL_HOST_NAME, local_host_entry, local_slots
-from pycli.cluster_model import Host, current_user, load_cluster
-from pycli.errors import EXIT_INTERRUPTED
-from pycli.gpu_reports import count_listed_gpus
-from pycli.launch_lines import launch_commands
-from pycli.nodes import RemoteProcess, close_shared_connection, connection_lost, node_argv, ssh_each
+from pycli.cli.app import main
+from pycli.cli.inventory import LOCAL_HOST_NAME, local_host_entry, local_slots
+from pycli.cluster import nodes
+from pycli.cluster.model import Host, current_user, load_cluster
+from pycli.cluster.nodes import RemoteProcess, close_shared_connection, connection_lost, node_argv, ssh_each
+from pycli.core.errors import EXIT_INTERRUPTED
+from pycli.jobs import processes as job_processes
+from pycli.jobs.launch import launch_commands
+from pycli_node.gpu_reports import count_listed_gpus
 from tests.unit.test_train_plan import plan
 
 HERE = Host(LOCAL_HOST_NAME, LOCAL_HOST_NAME, slots=4, local=True)
@@ -225,7 +226,7 @@ def _argv(p):
 
 
 def test_every_launcher_takes_the_local_host_for_this_machine():
-    from pycli.cluster_model import Cluster
+    from pycli.cluster.model import Cluster
 
     here = Cluster(hosts=(HERE,), launcher=HERE.name)
     horovod = _argv(plan(here, np=4, launcher="horovod"))

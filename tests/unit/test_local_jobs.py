@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pycli.datasets import digits_dataset
+from pycli.jobs.datasets import digits_dataset
 from tests.conftest import PYCLI, ROOT
 
 pytestmark = pytest.mark.slow_torch

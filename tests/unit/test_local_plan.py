@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from pycli.errors import BadInput
-from pycli.local_plan import (
+from pycli.core.errors import BadInput
+from pycli.local.plan import (
     INVENTORY_MARKER,
     LOCAL_NODE_SLOTS,
     SUBNET_POOL,
@@ -98,7 +98,7 @@ def test_subnet_skips_blocks_that_overlap_existing_networks():
 
 
 def test_subnet_pool_exhausted_is_an_error():
-    from pycli.errors import PycliError
+    from pycli.core.errors import PycliError
 
     with pytest.raises(PycliError, match="no free /24"):
         pick_subnet("demo", [SUBNET_POOL])
@@ -128,7 +128,7 @@ def test_inventory_reads_back_through_ansible(tmp_path):
 
 
 def test_inventory_gives_every_node_the_slots_asked_for(tmp_path):
-    from pycli.cluster_model import load_cluster
+    from pycli.cluster.model import load_cluster
 
     plan = plan_cluster("demo", 2, ipaddress.ip_network("172.28.7.0/24"), slots=3)
     path = tmp_path / "local-demo.ini"
@@ -139,7 +139,7 @@ def test_inventory_gives_every_node_the_slots_asked_for(tmp_path):
 
 
 def test_a_slurm_or_monitoring_cluster_has_node1_as_its_controller(tmp_path):
-    from pycli.cluster_model import load_cluster
+    from pycli.cluster.model import load_cluster
 
     subnet = ipaddress.ip_network("172.28.7.0/24")
     path = tmp_path / "local-demo.ini"
@@ -173,7 +173,7 @@ def test_test_bed_settings_read_back_as_data(tmp_path):
 
 
 def test_the_package_cache_group_comes_when_asked_or_from_eight_hosts_unless_refused():
-    from pycli.inventory_writer import PACKAGE_CACHE_FROM_HOSTS, opt_in_groups
+    from pycli.cluster.inventory_writer import PACKAGE_CACHE_FROM_HOSTS, opt_in_groups
 
     assert opt_in_groups() == ()
     assert opt_in_groups(slurm=True, package_cache=True) == ("slurm_controller", "package_cache")

@@ -6,10 +6,17 @@ The fixtures here (PROBE, GPU_PROBE, facts) are the recorded nodes the gates' te
 import json
 from pathlib import Path
 
-from pycli.node_facts import (
-    NodeFacts, first_version, node_facts_from_json, parse_check_build, parse_cuda, parse_nvidia_smi, parse_nvml_library, parse_probe,
+from pycli.cluster.node_facts import (
+    NodeFacts,
+    first_version,
+    node_facts_from_json,
+    parse_check_build,
+    parse_cuda,
+    parse_nvidia_smi,
+    parse_nvml_library,
+    parse_probe,
 )
-from pycli.nodes import NodeOutput, node_output_from_event
+from pycli.cluster.nodes import NodeOutput, node_output_from_event
 
 CHECK_BUILD = """\
 Horovod v0.28.1:

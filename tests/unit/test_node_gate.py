@@ -1,4 +1,4 @@
-"""pycli.node_gate, as Slurm runs it on a node: real processes, stand-in tools where this machine
+"""pycli_node.node_gate, as Slurm runs it on a node: real processes, stand-in tools where this machine
 has none (nvidia-smi printing a real machine's recorded output, scontrol and munge writing down
 what they were asked)."""
 
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pycli import node_gate
+from pycli.core.paths import NODE_PACKAGE
+from pycli_node import node_gate
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
 PROJECT = Path(__file__).resolve().parents[2]
@@ -121,7 +122,7 @@ def test_the_epilog_stops_what_the_job_left_and_spares_the_rest(node, tmp_path):
     other = subprocess.Popen(["sleep", "300"], env={**os.environ, "SLURM_JOB_ID": job + "1"})
     try:
         time.sleep(0.3)
-        ran = subprocess.run([sys.executable, "-m", "pycli.node_gate", "epilog", "--node", "node2"], env=env,
+        ran = subprocess.run([sys.executable, "-m", "pycli_node.node_gate", "epilog", "--node", "node2"], env=env,
                              cwd=PROJECT, capture_output=True, text=True, timeout=60)
         assert ran.returncode == 0, ran.stderr
         assert left.wait(5) == -15 and stubborn.wait(5) == -9
@@ -139,16 +140,36 @@ def test_the_epilog_needs_the_job_id(monkeypatch, capsys):
     assert "no SLURM_JOB_ID" in capsys.readouterr().err
 
 
-def test_the_gate_runs_from_its_three_files_alone(tmp_path):
-    """What the slurm role copies to a node is all the gate needs (no pycli installed there)."""
-    package = tmp_path / "pycli"
+def test_the_node_package_runs_from_what_its_role_installs_alone(tmp_path):
+    """What role pycli_node copies to a node (the package's modules) is all the node needs: each
+    module imports with the standard library alone (`-S`: no site-packages, no pycli), and the gate
+    runs as Slurm's commands run it."""
+    package = tmp_path / "pycli_node"
     package.mkdir()
-    for name in ("__init__.py", "gpu_reports.py", "gpu_probe.py", "node_gate.py"):
-        (package / name).write_text((PROJECT / "pycli" / name).read_text())
-    ran = subprocess.run([sys.executable, "-S", "-m", "pycli.node_gate", "--help"], cwd=tmp_path,
+    modules = sorted(NODE_PACKAGE.glob("*.py"))
+    assert {m.name for m in modules} >= {"__init__.py", "gpu_reports.py", "gpu_probe.py", "node_gate.py"}
+    for module in modules:
+        (package / module.name).write_text(module.read_text())
+    for module in modules:
+        name = "pycli_node" if module.stem == "__init__" else f"pycli_node.{module.stem}"
+        ran = subprocess.run([sys.executable, "-S", "-c", f"import {name}"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=30)
+        assert ran.returncode == 0, (name, ran.stderr)
+    ran = subprocess.run([sys.executable, "-S", "-m", "pycli_node.node_gate", "--help"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=30)
     assert ran.returncode == 0, ran.stderr
     assert "health" in ran.stdout
+
+
+def test_a_third_party_import_in_the_node_package_fails_there(tmp_path):
+    """The check above can fail: a module that needs anything beyond the standard library does."""
+    package = tmp_path / "pycli_node"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "bad.py").write_text("import yaml\n")
+    ran = subprocess.run([sys.executable, "-S", "-c", "import pycli_node.bad"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=30)
+    assert ran.returncode != 0 and "yaml" in ran.stderr
 
 
 # dcgm-exporter's job mapping (--hpc-job-mapping-dir): one file per GPU index, one job id a line.
@@ -219,15 +240,15 @@ def test_slurm_gpu_lists_are_read_as_indexes():
 
 
 def test_the_prolog_and_epilog_commands_keep_the_mapping_as_slurm_runs_them(node, tmp_path):
-    """Through `python3 -m pycli.node_gate` with Slurm's environment, as the role's wrappers run it."""
+    """Through `python3 -m pycli_node.node_gate` with Slurm's environment, as the role's wrappers run it."""
     mapping = tmp_path / "mapping"
     base = {**os.environ, "SLURM_JOB_ID": "123", "SLURM_JOB_GPUS": "1"}
-    ran = subprocess.run([sys.executable, "-m", "pycli.node_gate", "prolog", "--node", "node2",
+    ran = subprocess.run([sys.executable, "-m", "pycli_node.node_gate", "prolog", "--node", "node2",
                           "--job-mapping-dir", str(mapping)], env=base, cwd=PROJECT, capture_output=True,
                          text=True, timeout=60)
     assert ran.returncode == 0, ran.stderr
     assert _mapping(mapping) == {"1": ["123"]}
-    ran = subprocess.run([sys.executable, "-m", "pycli.node_gate", "epilog", "--node", "node2",
+    ran = subprocess.run([sys.executable, "-m", "pycli_node.node_gate", "epilog", "--node", "node2",
                           "--job-mapping-dir", str(mapping)], env=base, cwd=PROJECT, capture_output=True,
                          text=True, timeout=60)
     assert ran.returncode == 0, ran.stderr
@@ -237,7 +258,7 @@ def test_the_prolog_and_epilog_commands_keep_the_mapping_as_slurm_runs_them(node
 def test_jobs_starting_at_once_all_land_in_the_shared_gpus_file(tmp_path):
     """Prologs of jobs that start together read and rewrite the same file: the lock keeps every id."""
     mapping = tmp_path / "mapping"
-    code = ("import sys; from pycli import node_gate; "
+    code = ("import sys; from pycli_node import node_gate; "
             "[node_gate.map_job(sys.argv[1], f'{sys.argv[2]}{i}', ['0', '1']) for i in range(20)]")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(mapping), f"{n}00"], cwd=PROJECT) for n in range(1, 7)]
     assert [proc.wait(60) for proc in procs] == [0] * 6

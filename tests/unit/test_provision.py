@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from pycli.errors import EXIT_INTERRUPTED, BadInput
-from pycli.cluster_model import Cluster, Host
-from pycli.extra_vars import parse_extra_vars
-from pycli.provision import CACHE_PLAYBOOK, ProvisionRequest, build_request, exit_code, provision, unfinished_line
-from pycli.provision_recap import END_TASK, last_unfinished
-from pycli.provision_view import ProvisionView, RunDisplay
+from pycli.cluster.model import Cluster, Host
+from pycli.core.errors import EXIT_INTERRUPTED, BadInput
+from pycli.provision.extra_vars import parse_extra_vars
+from pycli.provision.recap import END_TASK, last_unfinished
+from pycli.provision.run import CACHE_PLAYBOOK, ProvisionRequest, build_request, exit_code, provision, unfinished_line
+from pycli.provision.view import ProvisionView, RunDisplay
 
 
 def test_extra_vars_are_strings_as_given_and_files_keep_their_yaml_types(tmp_path):
@@ -257,7 +257,7 @@ def test_a_playbook_without_the_end_task_has_no_incomplete_hosts():
 def test_the_task_pycli_waits_for_is_the_last_task_of_site_yml():
     import yaml
 
-    from pycli.provision import SITE_PLAYBOOK
+    from pycli.provision.run import SITE_PLAYBOOK
 
     last_play = yaml.safe_load(SITE_PLAYBOOK.read_text())[-1]
     assert last_play["hosts"] == "nodes" and "always" in last_play["tags"]
@@ -276,7 +276,7 @@ def _plays(path):
 
 
 def test_retry_hosts_reach_every_node_play_but_trust_and_the_end_take_every_node():
-    from pycli.provision import SITE_PLAYBOOK
+    from pycli.provision.run import SITE_PLAYBOOK
 
     hosts = {play["name"]: play["hosts"] for play in _plays(SITE_PLAYBOOK)}
     every_node = {name for name, pattern in hosts.items() if pattern == "nodes"}
@@ -325,7 +325,7 @@ def test_retry_takes_the_unfinished_hosts_of_the_newest_run_of_that_inventory(tm
 def test_retry_after_the_inventory_moved_takes_the_runs_of_the_cluster_it_names(tmp_path):
     from dataclasses import replace
 
-    from pycli.provision_recap import write_recap
+    from pycli.provision.recap import write_recap
 
     first = replace(read_from(tmp_path / "hosts.ini"), settings={"pycli_cluster_name": "lab-a"})
     runs = tmp_path / "runs"
@@ -338,7 +338,7 @@ def test_retry_after_the_inventory_moved_takes_the_runs_of_the_cluster_it_names(
 
 
 def test_provisioning_is_a_run_of_many_tasks(tmp_path):
-    """It takes Mitogen's strategy (pycli/runner.py, strategy_env); short runs keep Ansible's own."""
+    """It takes Mitogen's strategy (pycli/cluster/runner.py, strategy_env); short runs keep Ansible's own."""
     assert build_request(read_from(tmp_path / "hosts.ini"), ProvisionRequest()).many_tasks
 
 
@@ -358,7 +358,7 @@ def test_retry_after_a_run_that_finished_everything_runs_nothing(tmp_path, monke
 
 
 def test_the_request_carries_forks_computed_from_the_inventory_unless_ansible_forks_is_set(tmp_path, monkeypatch):
-    from pycli.runner import default_forks
+    from pycli.cluster.runner import default_forks
 
     monkeypatch.delenv("ANSIBLE_FORKS", raising=False)
     cluster = read_from(tmp_path / "hosts.ini")
@@ -371,7 +371,7 @@ def test_the_request_carries_forks_computed_from_the_inventory_unless_ansible_fo
 
 def _failing_run(events):
     """A stand-in for runner.run that hands `events` to the display and ends as Ansible would."""
-    from pycli import runner
+    from pycli.cluster import runner
 
     def run(request, run_dir, on_event=None, cancel=None):
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -420,7 +420,7 @@ def test_on_a_terminal_the_live_table_follows_the_events_and_is_gone_after_the_r
 
 
 def test_provision_shows_the_run_and_writes_the_recap_of_site_yml(tmp_path, monkeypatch):
-    from pycli import runner
+    from pycli.cluster import runner
 
     cluster = read_from(tmp_path / "hosts.ini")
     monkeypatch.setenv("PYCLI_RUNS", str(tmp_path / "runs"))

@@ -2,8 +2,8 @@
 
 import pytest
 
-from pycli.cluster_model import Host
-from pycli.rank_exit import RankExit, RankExitReader, rank_hosts
+from pycli.cluster.model import Host
+from pycli.jobs.rank_exit import RankExit, RankExitReader, rank_hosts
 
 HOSTS = (Host("node1", "10.0.0.1", slots=2), Host("node2", "10.0.0.2", slots=2))
 

@@ -12,16 +12,16 @@ from pathlib import Path, PurePosixPath
 import pytest
 import torch
 
-from pycli import restarts
-from pycli.cluster_model import Cluster, Host
-from pycli.containers import JobContainer
-from pycli.datasets import digits_dataset
-from pycli.errors import BadInput
-from pycli.job_request import JobRequest
-from pycli.launch_lines import NodeLayout, checkpoint_path, launch_commands, remote_data_dir, torchrun_argv, workload_args
-from pycli.nodes import NodeOutput
-from pycli.paths import WORKLOADS_DIR
-from pycli.train import plan_job
+from pycli.cluster.model import Cluster, Host
+from pycli.cluster.nodes import NodeOutput
+from pycli.core.errors import BadInput
+from pycli.core.paths import WORKLOADS_DIR
+from pycli.jobs import restarts
+from pycli.jobs.containers import JobContainer
+from pycli.jobs.datasets import digits_dataset
+from pycli.jobs.launch import NodeLayout, checkpoint_path, launch_commands, remote_data_dir, torchrun_argv, workload_args
+from pycli.jobs.request import JobRequest
+from pycli.jobs.train import plan_job
 from tests.unit.test_train_plan import plan
 
 

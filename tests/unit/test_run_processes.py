@@ -7,9 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from pycli import job_processes, nodes
-from pycli.cluster_model import Host
-from pycli.errors import EXIT_FAILED, BadInput
+from pycli.cluster import nodes
+from pycli.cluster.model import Host
+from pycli.core.errors import EXIT_FAILED, BadInput
+from pycli.jobs import processes as job_processes
 
 
 def _run(monkeypatch, lines: dict[str, str], hosts=None, restarts_by_agents=False, **kw):

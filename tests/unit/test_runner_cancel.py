@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pycli import runner
+from pycli.cluster import runner
 
 pytestmark = pytest.mark.slow_ansible  # each test runs a real playbook through ansible-runner
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pycli.errors import BadInput
-from pycli.paths import PROJECT_ROOT
-from pycli.runner import HostResult, RunRequest, collect_host_event
+from pycli.cluster.runner import HostResult, RunRequest, collect_host_event
+from pycli.core.errors import BadInput
+from pycli.core.paths import PROJECT_ROOT
 
 
 def test_adhoc_request_names_module_pattern_and_project_config(tmp_path):
@@ -95,7 +95,7 @@ def test_a_failed_command_is_told_by_its_stderr_and_a_failed_loop_by_its_failed_
     (40, None, 25),                            # os.cpu_count() unknown: one core
 ])
 def test_default_forks_follow_the_hosts_up_to_25_a_core_and_at_least_5(hosts, cores, forks):
-    from pycli.runner import default_forks
+    from pycli.cluster.runner import default_forks
 
     assert default_forks(hosts, cores) == forks
 
@@ -107,7 +107,7 @@ def _nodes_inventory(tmp_path, count):
 
 
 def test_forks_count_the_hosts_the_pattern_and_limit_leave(tmp_path):
-    from pycli.runner import forks_for
+    from pycli.cluster.runner import forks_for
 
     inventory = _nodes_inventory(tmp_path, 120)
     playbook = RunRequest(inventory=inventory, playbook=Path("site.yml"))
@@ -119,7 +119,7 @@ def test_forks_count_the_hosts_the_pattern_and_limit_leave(tmp_path):
 
 
 def test_forks_given_or_ansible_forks_win_over_the_computed_number(tmp_path):
-    from pycli.runner import forks_for
+    from pycli.cluster.runner import forks_for
 
     request = RunRequest(inventory=_nodes_inventory(tmp_path, 120), playbook=Path("site.yml"))
     assert forks_for(replace(request, forks=3), environ={"ANSIBLE_FORKS": "7"}, cores=2) == 3
@@ -135,8 +135,8 @@ def test_forks_given_or_ansible_forks_win_over_the_computed_number(tmp_path):
     (None, {"ANSIBLE_FORKS": "many"}, "ANSIBLE_FORKS='many': expected a whole number of at least 1"),
 ])
 def test_forks_below_one_are_bad_input(tmp_path, forks, environ, message):
-    from pycli.errors import BadInput
-    from pycli.runner import forks_for
+    from pycli.cluster.runner import forks_for
+    from pycli.core.errors import BadInput
 
     request = RunRequest(inventory=_nodes_inventory(tmp_path, 2), playbook=Path("site.yml"), forks=forks)
     with pytest.raises(BadInput) as caught:
@@ -145,7 +145,7 @@ def test_forks_below_one_are_bad_input(tmp_path, forks, environ, message):
 
 
 def test_runs_use_mitogen_s_strategy_unless_told_linear():
-    from pycli.runner import strategy_env
+    from pycli.cluster.runner import strategy_env
 
     chosen = strategy_env({})
     assert chosen["ANSIBLE_STRATEGY"] == "mitogen_linear"

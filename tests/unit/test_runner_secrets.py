@@ -15,10 +15,11 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from pycli import containers, runner
-from pycli.cluster_model import Host
-from pycli.paths import PROJECT_ROOT, new_run_dir
-from pycli.runner import RunRequest, confine_env, mask_url_credentials
+from pycli.cluster import runner
+from pycli.cluster.model import Host
+from pycli.cluster.runner import RunRequest, confine_env, mask_url_credentials
+from pycli.core.paths import PROJECT_ROOT, new_run_dir
+from pycli.jobs import containers
 
 CONTROLLER_SECRET = "fake-secret-1234"
 EXTRA_SECRET = "extra-secret-5678"

@@ -1,4 +1,4 @@
-"""pycli.slurm: the scheduler choice, the batch script and Slurm's answers as pycli reads them."""
+"""pycli.jobs.slurm: the scheduler choice, the batch script and Slurm's answers as pycli reads them."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from pycli import slurm
-from pycli.errors import BadInput
+from pycli.core.errors import BadInput
+from pycli.jobs import slurm
 
 
 def test_the_default_is_slurm_where_the_inventory_has_it():
@@ -241,9 +241,9 @@ def test_a_completed_job_is_a_success_while_slurmdbd_is_down(monkeypatch):
     """sacct has no record (slurmdbd down): slurmctld's own record says how the job ended."""
     from types import SimpleNamespace
 
-    from pycli import slurm_jobs
-    from pycli.cluster_model import Host
-    from pycli.nodes import NodeOutput
+    from pycli.cluster.model import Host
+    from pycli.cluster.nodes import NodeOutput
+    from pycli.jobs import slurm_queue as slurm_jobs
 
     asked = []
 
@@ -268,10 +268,11 @@ def test_ctrl_c_while_sbatch_submits_cancels_the_job_once_its_id_is_known(monkey
     import signal
     from pathlib import PurePosixPath
 
-    from pycli import slurm_jobs, train
-    from pycli.cluster_model import Cluster, Host
-    from pycli.launch_lines import NodeLayout
-    from pycli.nodes import NodeOutput
+    from pycli.cluster.model import Cluster, Host
+    from pycli.cluster.nodes import NodeOutput
+    from pycli.jobs import slurm_queue as slurm_jobs
+    from pycli.jobs import train
+    from pycli.jobs.launch import NodeLayout
 
     hosts = (Host("node1", "10.0.0.1", user="root"), Host("node2", "10.0.0.2", user="root"))
     cluster = Cluster(hosts=hosts, launcher="node1", inventory=tmp_path / "inventory.ini")

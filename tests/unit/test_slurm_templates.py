@@ -25,6 +25,8 @@ def _render(template: str, host: str, hostvars: dict, **overrides) -> str:
         return {k: trust_as_template(v) if isinstance(v, str) else v for k, v in values.items()}
 
     variables = {
+        # Role pycli_node runs inside this one (its node gate): its defaults are the play's too.
+        **trusted(yaml.safe_load((ROLE.parent / "pycli_node" / "defaults" / "main.yml").read_text())),
         **trusted(yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())),
         **trusted(yaml.safe_load((ROLE / "vars" / "main.yml").read_text())),
         "slurm_cluster_name": "Lab-A",
@@ -137,7 +139,7 @@ def test_with_monitoring_the_prolog_and_epilog_keep_dcgm_exporters_job_mapping(i
     groups = {"nodes": ["gpu1", "gpu2"], "slurm_controller": ["gpu1"], "monitoring": ["gpu1"]}
     monitoring_defaults = yaml.safe_load((ROLE.parent / "monitoring" / "defaults" / "main.yml").read_text())
     [command] = [line for line in _gate(item, groups=groups).splitlines() if line.startswith("exec ")]
-    assert command.endswith(f"-m pycli.node_gate {item} --node gpu1 --job-mapping-dir "
+    assert command.endswith(f"-m pycli_node.node_gate {item} --node gpu1 --job-mapping-dir "
                             f"{monitoring_defaults['monitoring_dcgm_job_mapping_dir']}")
     # The inventory's value wins, as it does for the exporter.
     [command] = [line for line in _gate(item, groups=groups, monitoring_dcgm_job_mapping_dir="/run/jobs").splitlines()

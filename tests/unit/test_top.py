@@ -10,18 +10,18 @@ from pathlib import Path, PurePosixPath
 import pytest
 from rich.console import Console
 
-from pycli.cli import main
-from pycli.cluster_model import Drained, load_cluster
-from pycli.errors import BadInput
-from pycli.gpu_probe import Section, split_sections
-from pycli.launch_lines import NodeLayout
-from pycli.nodes import NodeOutput
-from pycli.slurm import NodeState, expand_hostlist, parse_squeue, running_jobs_by_node
-from pycli.top import TopRequest
-from pycli.top_model import ClusterSide, Frame, GpuSample, NodeSample, NodeView, node_views
-from pycli.top_probe import node_sample, parse_apps, parse_query_gpu, probe_command, samples_from_answers
-from pycli.top_prometheus import PrometheusUnavailable, parse_answers
-from pycli.top_view import render
+from pycli.cli.app import main
+from pycli.cluster.model import Drained, load_cluster
+from pycli.cluster.nodes import NodeOutput
+from pycli.core.errors import BadInput
+from pycli.jobs.launch import NodeLayout
+from pycli.jobs.slurm import NodeState, expand_hostlist, parse_squeue, running_jobs_by_node
+from pycli.top.frame import TopRequest
+from pycli.top.model import ClusterSide, Frame, GpuSample, NodeSample, NodeView, node_views
+from pycli.top.probe import node_sample, parse_apps, parse_query_gpu, probe_command, samples_from_answers
+from pycli.top.prometheus import PrometheusUnavailable, parse_answers
+from pycli.top.view import render
+from pycli_node.gpu_probe import Section, split_sections
 from tests.conftest import ROOT
 
 RECORDED = ROOT / "tests" / "fixtures" / "recorded"

@@ -8,14 +8,14 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from pycli.cluster_model import Cluster, Host
-from pycli.containers import JobContainer
-from pycli.errors import BadInput
-from pycli.job_files import content_digest, stage_items
-from pycli.launch_lines import JobPlan, NodeLayout, launch_commands, remote_data_dir, workload_args
-from pycli.paths import WORKLOADS_DIR
-from pycli.nodes import ssh_argv
-from pycli.train import JobRequest, job_record, plan_job, read_metrics
+from pycli.cluster.model import Cluster, Host
+from pycli.cluster.nodes import ssh_argv
+from pycli.core.errors import BadInput
+from pycli.core.paths import WORKLOADS_DIR
+from pycli.jobs.containers import JobContainer
+from pycli.jobs.files import content_digest, stage_items
+from pycli.jobs.launch import JobPlan, NodeLayout, launch_commands, remote_data_dir, workload_args
+from pycli.jobs.train import JobRequest, job_record, plan_job, read_metrics
 
 # A small folder of files standing in for a dataset (plan_job names data by its content).
 DATA = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
@@ -195,7 +195,7 @@ def test_a_request_is_plain_frozen_data_with_the_defaults_train_uses():
 
 
 def test_a_job_needs_a_cluster_read_from_an_inventory(tmp_path):
-    from pycli.train import run_job
+    from pycli.jobs.train import run_job
 
     with pytest.raises(ValueError, match="not read from an inventory"):
         run_job(cluster(), JobRequest(np=2, workload="synthetic"), run_dir=tmp_path, write=lambda line: None)
@@ -283,7 +283,7 @@ def test_an_env_setting_that_is_no_name_value_pair_is_bad_input(setting):
 
 
 def test_autotune_is_horovodrun_s_and_its_log_comes_back_with_the_results():
-    from pycli.job_files import RESULTS_LINE
+    from pycli.jobs.files import RESULTS_LINE
 
     _, argv = only_line(plan(autotune=True))
     assert argv[argv.index("--autotune-log-file") + 1] == "/srv/pycli/jobs/j1/autotune.csv" and "--autotune" in argv
@@ -295,7 +295,7 @@ def test_autotune_is_horovodrun_s_and_its_log_comes_back_with_the_results():
 def test_horovod_s_cpu_settings_apply_where_staging_found_no_gpu():
     from dataclasses import replace
 
-    from pycli.launch_lines import HOROVOD_CPU_ENV
+    from pycli.jobs.launch import HOROVOD_CPU_ENV
 
     base = plan()
     cpu = replace(base, node_cpus=(("n1", 8), ("n2", 8)), node_gpus=(("n1", 0), ("n2", 0)))
@@ -311,7 +311,7 @@ def test_horovod_s_cpu_settings_apply_where_staging_found_no_gpu():
 
 
 def test_a_built_in_workload_named_by_a_relative_path_is_staged_with_its_library(monkeypatch):
-    from pycli.paths import PROJECT_ROOT
+    from pycli.core.paths import PROJECT_ROOT
 
     monkeypatch.chdir(PROJECT_ROOT)
     (item,) = stage_items(plan(workload="workloads/allreduce.py", data_dir=None))

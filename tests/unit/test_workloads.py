@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pycli.errors import BadInput
-from pycli.datasets import MNIST_NAMES, digits_dataset, split_digits, read_digits
+from pycli.core.errors import BadInput
+from pycli.jobs.datasets import MNIST_NAMES, digits_dataset, read_digits, split_digits
 
 WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 sys.path.insert(0, str(WORKLOADS))

@@ -10,7 +10,7 @@ suffix: not responding), CPUs and the reason it is down or drained. A node drain
 person (or by pycli's gates) keeps its state; a node Slurm itself drained because it
 registered with less than slurm.conf says is a configuration problem the role made.
 
-pycli reads sinfo too (pycli/slurm.py, which nodes a job can start on); the role does not import
+pycli reads sinfo too (pycli/jobs/slurm.py, which nodes a job can start on); the role does not import
 it, since it runs from a plain `ansible-playbook` without pycli installed.
 """
 

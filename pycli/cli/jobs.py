@@ -1,0 +1,60 @@
+"""`pycli jobs`: Slurm's queue and the jobs it has accounted, asked on the launcher node."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from pycli.cli.options import INVENTORY_ARGUMENT, INVENTORY_OPTION, JSON_OPTION
+
+# Between the two answers of one SSH command.
+_SPLIT = "@@pycli-sacct"
+
+
+def jobs_cmd(
+    inventory: Path | None = INVENTORY_ARGUMENT,
+    inventory_option: Path | None = INVENTORY_OPTION,
+    since: str = typer.Option(
+        "now-1days", "--since", help="Accounted jobs since this time, as sacct -S takes it (e.g. 2026-11-26T09:00, now-7days)."
+    ),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """List the cluster's Slurm queue (squeue) and its recent jobs (sacct): who, where, how long, how they ended."""
+    from pycli.cli.options import load_inventory
+    from pycli.cluster.nodes import ssh_each
+    from pycli.core.errors import BadInput, PycliError
+    from pycli.core.json_documents import JOBS, versioned
+    from pycli.jobs import slurm
+
+    cluster = load_inventory(inventory, inventory_option)
+    if not cluster.has_slurm:
+        slurm.choose_scheduler(slurm.SLURM, False)  # the one line that says how to add Slurm
+    if not since.strip() or any(c.isspace() for c in since) or since.startswith("-"):
+        raise BadInput(f"--since {since!r}: give one time as sacct -S takes it, e.g. now-1days or 2026-11-26T09:00")
+    host = cluster.launcher_host
+    command = f"{slurm.squeue_command()} && echo {_SPLIT} && {slurm.sacct_command(since=since)}"
+    answer = ssh_each([(host, command)], shared=True)[host.name]
+    if not answer.ok:
+        raise PycliError(f"asking Slurm on {host.name} failed: {answer.why()}")
+    queue_text, _, sacct_text = answer.stdout.partition(_SPLIT)
+    queue, accounted = slurm.parse_squeue(queue_text), slurm.parse_sacct(sacct_text)
+    if as_json:
+        print(json.dumps(versioned(JOBS, {"queue": [job.as_json() for job in queue],
+                                          "accounted": [job.as_json() for job in accounted]}), indent=2))
+        return
+    print(table(["QUEUE", "NAME", "USER", "STATE", "REASON", "NODES"],
+                [[j.job_id, j.name, j.user, j.state, j.reason, j.nodes or str(j.node_count)] for j in queue]))
+    print()
+    print(table(["JOB", "NAME", "USER", "STATE", "EXIT", "START", "ELAPSED", "NODES"],
+                [[j.job_id, j.name, j.user, j.state, f"{j.exit_code}:{j.signal}", j.start, j.elapsed, j.nodes]
+                 for j in accounted]))
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
+    lines = [" ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in [headers, *rows]]
+    if not rows:
+        lines.append("(none)")
+    return "\n".join(lines)

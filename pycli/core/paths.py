@@ -1,0 +1,78 @@
+"""Where pycli keeps things: the project's own files, the cache, per-cluster state, run folders."""
+
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+import pycli_node
+from pycli.core.errors import PycliError
+
+# The playbooks and roles travel with the source tree; pycli runs from a checkout
+# (installed editable), so the tree is the package's parent (this file is pycli/core/paths.py).
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# pycli's node-side package (role pycli_node's files): its modules, and the shell scripts pycli
+# sends to nodes (a job's staging, its container's entry point, the test bed's nested runtime).
+NODE_PACKAGE = Path(pycli_node.__file__).resolve().parent
+# The training scripts and probes that travel to the nodes, as a folder (their modules import each other).
+WORKLOADS_DIR = PROJECT_ROOT / "workloads"
+
+
+def project_path(*parts: str) -> Path:
+    path = PROJECT_ROOT.joinpath(*parts)
+    if not path.exists():
+        raise PycliError(f"{path} is missing: pycli must run from a full checkout (pip install -e .)")
+    return path
+
+
+@functools.cache
+def role_defaults(role: str) -> dict:
+    """The variables of a role's defaults/main.yml, read once: the home of every value the roles
+    and pycli share (the nodes' venv and work folder), so Python never writes them again."""
+    import yaml
+
+    defaults = yaml.safe_load(project_path("roles", role, "defaults", "main.yml").read_text())
+    return defaults if isinstance(defaults, dict) else {}
+
+
+def cache_dir() -> Path:
+    """Downloads, wheelhouse and built artifacts, keyed by version and flags ($PYCLI_CACHE)."""
+    return Path(os.environ.get("PYCLI_CACHE") or Path.home() / ".cache" / "pycli")
+
+
+def state_dir() -> Path:
+    """Per-cluster secrets and host keys that must outlive a run ($PYCLI_STATE)."""
+    return Path(os.environ.get("PYCLI_STATE") or Path.home() / ".local" / "state" / "pycli")
+
+
+def ssh_control_dir() -> Path:
+    """The sockets of pycli's shared SSH connections (pycli.cluster.nodes): a short path, as a socket's
+    path may hold at most 107 bytes, private to this user."""
+    path = Path(tempfile.gettempdir()) / f"pycli-ssh-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    if path.is_symlink() or path.stat().st_uid != os.getuid() or path.stat().st_mode & 0o077:
+        raise PycliError(f"{path} must be a folder of this user's that nobody else can read (it holds SSH sockets)")
+    return path
+
+
+def runs_dir() -> Path:
+    """Where each command's run folder goes ($PYCLI_RUNS, default ./runs)."""
+    return Path(os.environ.get("PYCLI_RUNS") or Path.cwd() / "runs")
+
+
+def new_run_dir(command: str) -> Path:
+    """A fresh runs/<time>-<command>/ folder for one command's artifacts, private to its owner
+    (it holds what Ansible printed about the nodes); a runs folder pycli makes is private too."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = runs_dir()
+    base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = base / f"{stamp}-{command}"
+    suffix = 1
+    while path.exists():
+        suffix += 1
+        path = base / f"{stamp}-{command}-{suffix}"
+    path.mkdir(mode=0o700)
+    return path

@@ -1,0 +1,156 @@
+"""`pycli train --docker IMAGE`: the job's ranks run inside one container per node.
+
+Each node of the job starts a container of IMAGE on the host network (`--ipc=host`, every
+GPU when the node has any), with the node's work folder mounted at the same path, so the
+staged workload, data and results sit where they sit without containers. In every container
+an sshd listens on the job's port with keys made for this job alone: one host key that every
+container presents, listed in a known_hosts file under each node's name and address, and one
+login key. horovodrun and mpirun in the launcher's container reach the others exactly as they
+reach nodes, with strict host-key checking; nothing of the nodes' own SSH trust enters the
+image. This module holds the pure parts (names, checks, key files); the playbook
+`playbooks/job_container.yml` starts and removes the containers.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from pycli.cluster.model import Host
+from pycli.core.errors import BadInput
+from pycli.core.paths import NODE_PACKAGE
+
+# The sshd of every job container (--docker) listens here, on the nodes' network; the port
+# Horovod's documentation uses. Not the nodes' own SSH port (cluster_model.DEFAULT_SSH_PORT, 22).
+DEFAULT_JOB_SSH_PORT = 12345
+ENTRY_SCRIPT = NODE_PACKAGE / "job-container.sh"
+LABEL_JOB = "io.pycli.job"
+# The Docker reference grammar (distribution/reference), without the rarely used
+# uppercase-free domain subtleties: [registry[:port]/]name[/name...][:tag][@digest].
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REFERENCE = re.compile(
+    rf"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]+)?/)?{_COMPONENT}(?:/{_COMPONENT})*"
+    r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
+)
+# Options pycli sets itself; a second value would fight the job's layout.
+_OWN_OPTIONS = ("--name", "--network", "--net", "--entrypoint", "--user", "-u", "--rm", "-d", "--detach")
+
+
+@dataclass(frozen=True)
+class JobContainer:
+    """How the job's containers are made: the image, the sshd port, extra `docker run` options."""
+
+    image: str
+    ssh_port: int = DEFAULT_JOB_SSH_PORT
+    run_options: tuple[str, ...] = ()
+
+    def name(self, job_id: str) -> str:
+        return f"pycli-job-{job_id}"
+
+
+def parse_job_container(image: str, ssh_port: int, options: Sequence[str], hosts: Sequence[Host]) -> JobContainer:
+    """Check --docker, --docker-ssh-port and --docker-opt against each other and the hosts."""
+    if not _IMAGE_REFERENCE.match(image):
+        raise BadInput(f"--docker {image!r} is not an image reference "
+                       "(like horovod/horovod:0.28.1 or registry:5000/team/image:tag)")
+    if not 1 <= ssh_port <= 65535:
+        raise BadInput(f"--docker-ssh-port {ssh_port}: a TCP port is 1..65535")
+    taken = sorted({h.name for h in hosts if h.port == ssh_port})
+    if taken:
+        raise BadInput(
+            f"--docker-ssh-port {ssh_port} is the SSH port of {', '.join(taken)}; the containers share the "
+            "nodes' network, so their sshd needs a port of its own"
+        )
+    run_options: list[str] = []
+    for text in options:
+        try:
+            words = shlex.split(text)
+        except ValueError as exc:
+            raise BadInput(f"--docker-opt {text!r}: {exc}") from None
+        for word in words:
+            if word.split("=", 1)[0] in _OWN_OPTIONS:
+                raise BadInput(f"--docker-opt {text!r}: pycli sets {word.split('=', 1)[0]} itself")
+        run_options += words
+    return JobContainer(image=image, ssh_port=ssh_port, run_options=tuple(run_options))
+
+
+def known_hosts_line(hosts: Sequence[Host], port: int, host_public_key: str) -> str:
+    """One line: the job's host key under every name the launchers may use, on the job's port."""
+    names: list[str] = []
+    for host in hosts:
+        for name in (host.name, host.address):
+            if name not in names:
+                names.append(name)
+    names += [n for n in ("localhost", "127.0.0.1", "::1") if n not in names]
+    key_type, key_data = host_public_key.split()[:2]
+    return ",".join(f"[{name}]:{port}" for name in names) + f" {key_type} {key_data}\n"
+
+
+def authorized_keys_line(login_public_key: str, job_id: str) -> str:
+    # restrict: no forwarding, no pty; horovodrun and mpirun need neither.
+    key_type, key_data = login_public_key.split()[:2]
+    return f"restrict {key_type} {key_data} pycli-job-{job_id}\n"
+
+
+def _new_key() -> tuple[bytes, str]:
+    """A fresh ed25519 key pair: (private key in OpenSSH format, public key line)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    )
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    return private, public.decode()
+
+
+# Files the containers read from the job folder (container/ beside the workloads).
+PRIVATE_FILES = ("ssh_host_ed25519_key", "id_ed25519")
+
+
+def write_container_files(folder: Path, hosts: Sequence[Host], container: JobContainer, job_id: str) -> None:
+    """Make the job's keys, known_hosts and authorized_keys, and the entry script, in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    host_private, host_public = _new_key()
+    login_private, login_public = _new_key()
+    files = {
+        "ssh_host_ed25519_key": (host_private.decode(), 0o600),
+        "id_ed25519": (login_private.decode(), 0o600),
+        "known_hosts": (known_hosts_line(hosts, container.ssh_port, host_public), 0o644),
+        "authorized_keys": (authorized_keys_line(login_public, job_id), 0o600),
+        "entry.sh": (ENTRY_SCRIPT.read_text(), 0o755),
+    }
+    for name, (text, mode) in files.items():
+        path = folder / name
+        path.write_text(text)
+        path.chmod(mode)
+
+
+def forget_private_keys(folder: Path) -> None:
+    """Once staged, the controller keeps no copy of the job's private keys."""
+    for name in PRIVATE_FILES:
+        (folder / name).unlink(missing_ok=True)
+
+
+def exec_line(container: JobContainer, job_id: str, workdir: PurePosixPath, env: Sequence[str], argv: Sequence[str]) -> str:
+    """The shell line a node runs to start `argv` inside the job's container (a tty for Ctrl-C)."""
+    env_args = [arg for pair in env for arg in ("-e", pair)]
+    return "exec " + shlex.join(["docker", "exec", "-it", "-w", str(workdir), *env_args, container.name(job_id), *argv])
+
+
+def playbook_vars(container: JobContainer, job_id: str, job_dir: PurePosixPath, work_dir: PurePosixPath, state: str) -> dict:
+    return {
+        "pycli_container_state": state,
+        "pycli_container_name": container.name(job_id),
+        "pycli_container_image": container.image,
+        "pycli_container_ssh_port": container.ssh_port,
+        "pycli_container_run_options": list(container.run_options),
+        "pycli_container_label": f"{LABEL_JOB}={job_id}",
+        "pycli_job_dir": str(job_dir),
+        "pycli_work_dir": str(work_dir),
+    }

@@ -1,0 +1,439 @@
+"""The one place that builds launcher command lines: horovodrun, mpirun and torchrun.
+
+A `JobPlan` says what runs where; from it come the command line of each launcher and the
+shell line each node runs (in the job's folder, the shared venv first on PATH, or inside
+the job's container). Pure: nothing here touches a node.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
+
+from pycli.cluster.hostfiles import render_hostfile
+from pycli.cluster.model import DEFAULT_SSH_PORT, VENV_VAR, WORK_DIR_VAR, Host
+from pycli.core.errors import BadInput
+from pycli.core.paths import WORKLOADS_DIR, role_defaults
+from pycli.jobs import containers
+from pycli.jobs.request import JobRequest
+
+# horovodrun's controllers (--gloo, --mpi): how its ranks find each other and coordinate.
+# Not the collective library that moves the tensors (`pycli bench --backends`).
+HOROVOD_CONTROLLERS = ("gloo", "mpi")
+
+
+def check_controller(controller: str) -> str:
+    """The controller, or BadInput (exit 2) naming the choices: the one check of --controller."""
+    if controller not in HOROVOD_CONTROLLERS:
+        raise BadInput(f"unknown --controller {controller!r}; use one of {', '.join(HOROVOD_CONTROLLERS)}")
+    return controller
+
+
+# How a job starts: horovodrun, mpirun (Horovod's MPI controller) or torchrun (one per node).
+LAUNCHERS = ("horovod", "mpirun", "torchrun")
+ALLREDUCE_SCRIPT = WORKLOADS_DIR / "allreduce.py"  # the allreduce of check's gate and bench's microbenchmark
+# torchrun's rendezvous port when none was picked on the first node (plans shown, not run):
+# a job that runs asks its first node for a free port while it is staged.
+TORCHRUN_PORT = 29400
+# The threads of each rank: torch, OpenMP and MKL read it; torchrun keeps a value it is given.
+THREADS_VAR = "OMP_NUM_THREADS"
+# Horovod's run settings for jobs on nodes without GPUs (horovodrun and mpirun); --env
+# overrides them. Chosen by measurement (docs/bench.md): Horovod's background thread runs a
+# round of coordination between the ranks every cycle (1 ms by default), busy or not, and on
+# CPUs that round takes cores from the ranks' compute. On GPUs Horovod's defaults stay (not measured).
+HOROVOD_CPU_ENV: tuple[str, ...] = ("HOROVOD_CYCLE_TIME=5",)
+AUTOTUNE_LOG = "autotune.csv"
+# Rank 0's metrics records, one JSON line each, in the job's folder (what train reports).
+METRICS_FILE = "metrics.jsonl"
+# torchrun --elastic: the ranks keep their own store, not the agents' rendezvous store, whose
+# keys outlive a restart (torch 2.5 and later): a restarted rank would read the address an
+# earlier rank 0 had and fail to connect (pytorch/pytorch#135712).
+TORCHRUN_ELASTIC_ENV = ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1",)
+
+
+def _common_default(name: str) -> PurePosixPath:
+    """The common role's default for a node path (its home: roles/common/defaults/main.yml)."""
+    return PurePosixPath(str(role_defaults("common")[name]))
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    """Where the roles put things on every node (role defaults, overridable in the inventory)."""
+
+    venv: PurePosixPath = field(default_factory=lambda: _common_default(VENV_VAR))
+    work_dir: PurePosixPath = field(default_factory=lambda: _common_default(WORK_DIR_VAR))
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, object]) -> NodeLayout:
+        """The layout an inventory's settings give: its own venv and work folder, else the role's."""
+        return cls(
+            venv=PurePosixPath(str(settings.get(VENV_VAR) or _common_default(VENV_VAR))),
+            work_dir=PurePosixPath(str(settings.get(WORK_DIR_VAR) or _common_default(WORK_DIR_VAR))),
+        )
+
+    @property
+    def python(self) -> str:
+        return str(self.venv / "bin" / "python")
+
+    def tool(self, name: str) -> str:
+        return str(self.venv / "bin" / name)
+
+    @property
+    def jobs_dir(self) -> PurePosixPath:
+        """Every job's folder is in here, named by its job id (JobPlan.job_dir)."""
+        return self.work_dir / "jobs"
+
+    @property
+    def store(self) -> PurePosixPath:
+        """Staged files by the digest of their content (pycli.jobs.files): data is read from here."""
+        return self.work_dir / "files"
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """A job decided down to its hosts and paths (pycli.jobs.train.plan_job makes it from a JobRequest).
+
+    The request travels whole in `request`: what the caller asked for is read there (its
+    controller, script arguments, container, threads, --env, --autotune), and only what
+    planning decided, or a restart changes, sits beside it."""
+
+    request: JobRequest
+    job_id: str
+    launcher: str  # one of LAUNCHERS: the request's, or its workload's usual one
+    np: int  # the request's --np; a restart may go on with fewer (pycli/jobs/restarts.py)
+    hosts: tuple[Host, ...]
+    script: Path  # on the controller: the workload's script
+    layout: NodeLayout
+    network_interface: str | None = None  # the request's, else the inventory's
+    data_dir: Path | None = None  # on the controller; only for a workload that reads data
+    resume: Path | None = None  # on the controller: the request's checkpoint, until a restart resumes on the nodes
+    rendezvous_port: int | None = None  # torchrun: a port found free on the first node while staging
+    resume_on_node: PurePosixPath | None = None  # a restart (--max-restarts): the checkpoint already on the nodes
+    elastic_min_np: int | None = None  # --elastic: the launcher's elastic mode, going on with at least this many ranks
+    elastic_restarts: int = 0  # --elastic under torchrun: how often its agents start the ranks again (--max-restarts)
+    data_digest: str | None = None  # the data's name in the nodes' store (pycli.jobs.files.content_digest)
+    jobs_kept: int = 20  # pycli_jobs_kept: job folders (and store entries) a node keeps; 0: all
+    nodes_share_cpus: bool = False  # the inventory's pycli_nodes_share_cpus: every rank of the job shares one machine
+    node_cpus: tuple[tuple[str, int], ...] = ()  # (host, its cores) as staging counted them; () before staging
+    node_gpus: tuple[tuple[str, int], ...] = ()  # (host, its GPUs) as staging counted them; () before staging
+    slurm: bool = False  # through Slurm's queue (the request's --scheduler, or the inventory's default), not over SSH
+    @property
+    def job_dir(self) -> PurePosixPath:
+        return self.layout.jobs_dir / self.job_id
+
+    @property
+    def python(self) -> str:
+        # In a container, the image's own interpreter and tools, found on its PATH.
+        return "python3" if self.request.container else self.layout.python
+
+    def tool(self, name: str) -> str:
+        return name if self.request.container else self.layout.tool(name)
+
+    @property
+    def ssh_ports(self) -> set[int]:
+        """The ports horovodrun and mpirun reach the job's hosts on (the containers' sshd)."""
+        return {self.request.container.ssh_port} if self.request.container else {h.port for h in self.hosts}
+
+    @property
+    def remote_script(self) -> PurePosixPath:
+        return self.job_dir / "workloads" / self.script.name
+
+    @property
+    def rank0(self) -> Host:
+        return self.hosts[0]
+
+    @property
+    def restarts_by_agents(self) -> bool:
+        """torchrun --elastic: its agents restart the ranks and carry on without a lost node, not pycli."""
+        return self.launcher == "torchrun" and self.elastic_min_np is not None
+
+    @property
+    def ranks_by_rendezvous(self) -> bool:
+        """torchrun's c10d rendezvous numbers the nodes (by their addresses), not the plan: rank 0 may
+        run on another node than the plan's first (under --elastic, and through Slurm)."""
+        return self.launcher == "torchrun" and (self.restarts_by_agents or self.slurm) and len(self.hosts) > 1
+
+    @property
+    def discovery_script(self) -> PurePosixPath:
+        """--elastic: the script horovodrun asks which hosts can take ranks now (host_discovery_script)."""
+        return self.job_dir / "discover-hosts.sh"
+
+
+def remote_data_dir(plan: JobPlan) -> PurePosixPath:
+    """Data is staged once per content, outside the job, so later jobs read the same copy."""
+    assert plan.data_digest, "plan_job names the data by its digest"
+    return plan.layout.store / plan.data_digest
+
+
+def rank_threads(plan: JobPlan, hosts: Sequence[Host] | None = None) -> int | None:
+    """CPU threads for each rank on `hosts` (default: all of the job's), set as OMP_NUM_THREADS.
+
+    The request's --threads-per-rank when given; else each node's cores shared out between the ranks it runs
+    (every rank of the job when the nodes share one machine's cores), the fewest of `hosts`
+    (one launcher line may start the ranks of several nodes); None before staging counted the cores."""
+    if plan.request.threads_per_rank:
+        return plan.request.threads_per_rank
+    if not plan.node_cpus:
+        return None
+    cpus = dict(plan.node_cpus)
+    shares = [cpus[host.name] // (plan.np if plan.nodes_share_cpus else host.slots)
+              for host in hosts or plan.hosts if cpus.get(host.name)]
+    return max(1, min(shares)) if shares else None
+
+
+def checkpoint_path(plan: JobPlan) -> PurePosixPath:
+    """Where the built-in workloads keep their checkpoint on every node of the job."""
+    return plan.job_dir / "checkpoints" / "last.pt"
+
+
+def workload_args(plan: JobPlan) -> list[str]:
+    """The arguments pycli adds for its own workloads: data, checkpoint, metrics, resume."""
+    args: list[str] = []
+    name = plan.script.name
+    if plan.script.parent == WORKLOADS_DIR and name in ("mnist.py", "ddp.py"):
+        args += ["--checkpoint", str(checkpoint_path(plan)), "--metrics", str(plan.job_dir / METRICS_FILE)]
+        if plan.resume_on_node is not None:
+            args += ["--resume", str(plan.resume_on_node)]
+        elif plan.resume is not None:
+            args += ["--resume", str(plan.job_dir / "resume.pt")]
+        if plan.elastic_min_np is not None:
+            args.append("--elastic")
+    if plan.script.parent == WORKLOADS_DIR and name == "synthetic.py":
+        args += ["--metrics", str(plan.job_dir / METRICS_FILE)]
+        if plan.launcher == "torchrun":
+            args += ["--comm", "ddp"]
+    if plan.data_dir is not None:
+        args += ["--data-dir", str(remote_data_dir(plan))]
+    return args + list(plan.request.script_args)
+
+
+def _program(plan: JobPlan) -> list[str]:
+    return [plan.python, "-u", str(plan.remote_script), *workload_args(plan)]
+
+
+# The variables that put the sockets of torch's collective libraries on one NIC.
+SOCKET_INTERFACE_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
+def socket_interface_env(interface: str | None) -> list[str]:
+    """NAME=VALUE settings that keep Gloo's and NCCL's sockets on `interface` (none without one):
+    for every rank pycli starts, the jobs' and the deep check's probes alike."""
+    return [f"{name}={interface}" for name in SOCKET_INTERFACE_VARS] if interface else []
+
+
+def ssh_port_option(ports: set[int]) -> int | None:
+    """The SSH port a launcher must be told (it takes one for all hosts); None for the default."""
+    return None if ports == {DEFAULT_SSH_PORT} else min(ports)
+
+
+# The interface that holds 127.0.0.1 on Linux: an elastic horovodrun job on its own node talks over it.
+LOOPBACK_INTERFACE = "lo"
+# How long a host that does not answer holds up horovodrun's host discovery (--elastic).
+DISCOVERY_CONNECT_TIMEOUT_S = 3
+
+
+def host_discovery_script(plan: JobPlan) -> str:
+    """The script horovodrun --elastic runs on the launcher node, again and again: `address:slots`
+    for every host of the job that answers SSH now, in the job's host order. A lost node drops
+    out; one that comes back is taken in again, up to --np ranks."""
+    lines = [
+        "#!/bin/bash",
+        f"# pycli job {plan.job_id}: the hosts that can take ranks now (horovodrun --host-discovery-script).",
+        "found=$(mktemp -d) || exit 1",
+        "trap 'rm -rf \"$found\"' EXIT",
+        "probe() {",
+        f"    ssh -o BatchMode=yes -o ConnectTimeout={DISCOVERY_CONNECT_TIMEOUT_S} -p \"$2\" \"$3\" true "
+        "</dev/null >/dev/null 2>&1 && echo \"$3:$4\" >\"$found/$1\"",
+        "}",
+        *(f"probe {i:05d} {host.port} {shlex.quote(host.address)} {host.slots} &" for i, host in enumerate(plan.hosts)),
+        "wait",
+        "cat \"$found\"/* 2>/dev/null",
+        "exit 0",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def autotune_log(plan: JobPlan) -> PurePosixPath:
+    """Where horovodrun --autotune writes what it tried (fetched into the run's results)."""
+    return plan.job_dir / AUTOTUNE_LOG
+
+
+def horovodrun_argv(plan: JobPlan) -> list[str]:
+    argv = [plan.tool("horovodrun"), "-np", str(plan.np)]
+    if plan.request.autotune:
+        argv += ["--autotune", "--autotune-log-file", str(autotune_log(plan))]
+    if plan.elastic_min_np is not None:
+        argv += ["--min-np", str(plan.elastic_min_np), "--max-np", str(plan.np),
+                 "--host-discovery-script", str(plan.discovery_script)]
+    else:
+        argv += ["-H", render_hostfile(plan.hosts, "horovod").strip()]
+    argv.append("--gloo" if plan.request.controller == "gloo" else "--mpi")
+    if (port := ssh_port_option(plan.ssh_ports)) is not None:
+        argv += ["-p", str(port)]
+    # horovodrun looks the interface up on every host it talks to; with one host that is
+    # 127.0.0.1, which has no such interface, and the job fails.
+    if plan.network_interface and len(plan.hosts) > 1:
+        argv += ["--network-interface", plan.network_interface]
+    elif plan.elastic_min_np is not None and len(plan.hosts) == 1:
+        # Every rank on the node horovodrun runs on: unless it is given an interface, elastic
+        # horovodrun finds one by comparing two hosts, and waits its whole --elastic-timeout
+        # (600 s) for a second; the one it would find on one host is the loopback's.
+        argv += ["--network-interface", LOOPBACK_INTERFACE]
+    return argv + _program(plan)
+
+
+# Open MPI as pycli runs it, for jobs and for `pycli check`'s mpirun gate alike: no binding
+# (each rank sets its own threads), slots filled in host order, TCP with the openib BTL off
+# (it probes InfiniBand hardware and warns or hangs where there is none).
+MPIRUN_FLAGS = ("-bind-to", "none", "-map-by", "slot", "-mca", "pml", "ob1", "-mca", "btl", "^openib")
+# What every rank gets from the launching shell (-x): the venv's tools and unbuffered output.
+MPIRUN_ENV = ("PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED=1")
+
+
+def mpirun_argv(
+    mpirun: str, hosts: Sequence[Host], *, np: int, user: str, ssh_ports: set[int], network_interface: str | None,
+    tag_output: bool = True,
+) -> list[str]:
+    """mpirun over `hosts` (each with its slots), with every flag pycli runs Open MPI with; the program follows.
+
+    `tag_output` prefixes each line with its rank, as a job's output wants; a caller that
+    compares the lines themselves leaves it off."""
+    argv = [mpirun, "-np", str(np), "-H", render_hostfile(hosts, "horovod").strip(), *MPIRUN_FLAGS]
+    if tag_output:
+        argv.append("--tag-output")
+    for variable in MPIRUN_ENV:
+        argv += ["-x", variable]
+    if user == "root":
+        argv.append("--allow-run-as-root")
+    if (port := ssh_port_option(ssh_ports)) is not None:
+        argv += ["-mca", "plm_rsh_args", f"-p {port}"]
+    if network_interface:
+        argv += ["-mca", "btl_tcp_if_include", network_interface, "-mca", "oob_tcp_if_include", network_interface]
+        for setting in socket_interface_env(network_interface):
+            argv += ["-x", setting]
+    return argv
+
+
+def job_mpirun_argv(plan: JobPlan, user: str) -> list[str]:
+    """The job under mpirun: Horovod with its MPI controller, the ranks started by Open MPI."""
+    hosts = plan.hosts
+    if plan.slurm:
+        # Inside a Slurm allocation Open MPI keeps only the hosts of -H the allocation names, named
+        # as Slurm names them: the inventory's names (roles/slurm). Its daemons start through srun,
+        # so the names need not resolve.
+        hosts = tuple(replace(host, address=host.name) for host in hosts)
+    launch = mpirun_argv("mpirun", hosts, np=plan.np, user=user, ssh_ports=plan.ssh_ports,
+                         network_interface=plan.network_interface)
+    # remote_shell sets these in mpirun's own environment; -x hands them to every rank.
+    for name in dict.fromkeys([*([THREADS_VAR] if rank_threads(plan) is not None else []),
+                               *(setting.split("=", 1)[0] for setting in launch_env(plan))]):
+        launch += ["-x", name]
+    return launch + _program(plan)
+
+
+def elastic_min_nodes(hosts: Sequence[Host], min_np: int) -> int:
+    """torchrun counts nodes, not ranks: the fewest nodes that hold `min_np` ranks whichever of `hosts` are left."""
+    total = 0
+    for count, slots in enumerate(sorted(h.slots for h in hosts), 1):
+        total += slots
+        if total >= min_np:
+            return count
+    return len(hosts)
+
+
+# torchrun reads --rdzv-id from this variable when the command line has none.
+TORCHRUN_RDZV_ID_ENV = "PET_RDZV_ID"
+
+
+def torchrun_argv(plan: JobPlan, node_rank: int) -> list[str]:
+    host = plan.hosts[node_rank]
+    port = plan.rendezvous_port or TORCHRUN_PORT
+    argv = [plan.tool("torchrun"), "--nproc-per-node", str(host.slots)]
+    if plan.restarts_by_agents:
+        # c10d rendezvous on the first node: the agents meet again after a failure, with the
+        # nodes that are left, and number the nodes themselves.
+        argv += ["--nnodes", f"{elastic_min_nodes(plan.hosts, plan.elastic_min_np or plan.np)}:{len(plan.hosts)}",
+                 "--max-restarts", str(plan.elastic_restarts)]
+    elif not plan.slurm:
+        argv += ["--nnodes", str(len(plan.hosts)), "--node-rank", str(node_rank),
+                 "--master-addr", plan.rank0.address, "--master-port", str(port)]
+        return [*argv, "--rdzv-id", plan.job_id, str(plan.remote_script), *workload_args(plan)]
+    else:
+        argv += ["--nnodes", str(len(plan.hosts))]
+    argv += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{plan.rank0.address}:{port}", "--local-addr", host.address]
+    # Through Slurm the rendezvous is named after the Slurm job: the batch script sets
+    # TORCHRUN_RDZV_ID_ENV to its job id (pycli.jobs.slurm.sbatch_script).
+    rdzv_id = [] if plan.slurm else ["--rdzv-id", plan.job_id]
+    return [*argv, *rdzv_id, str(plan.remote_script), *workload_args(plan)]
+
+
+def cpu_only(plan: JobPlan) -> bool:
+    """Staging found no GPU on any node of the job."""
+    return bool(plan.node_gpus) and not any(gpus for _, gpus in plan.node_gpus)
+
+
+def launch_env(plan: JobPlan) -> list[str]:
+    """NAME=VALUE settings of the job beyond threads: Horovod's run settings where Horovod runs
+    the collectives on CPUs, then the user's --env (the later wins)."""
+    own = list(HOROVOD_CPU_ENV) if plan.launcher in ("horovod", "mpirun") and cpu_only(plan) else []
+    return [*own, *plan.request.env]
+
+
+def remote_shell(plan: JobPlan, argv: Sequence[str], hosts: Sequence[Host] | None = None) -> str:
+    """The shell line run on a node: the job's folder, the shared venv first on PATH, the
+    threads of the ranks it starts on `hosts` (horovodrun and mpirun pass the environment on
+    to every rank).
+
+    With --docker, the same command inside the node's job container, on the image's PATH."""
+    env = ["PYTHONUNBUFFERED=1"]
+    if (threads := rank_threads(plan, hosts)) is not None:
+        env.append(f"{THREADS_VAR}={threads}")
+    env += launch_env(plan)
+    if plan.restarts_by_agents:
+        env += TORCHRUN_ELASTIC_ENV
+    env += socket_interface_env(plan.network_interface)
+    if plan.request.container:
+        return containers.exec_line(plan.request.container, plan.job_id, plan.job_dir, env, argv)
+    # Every word quoted, the inventory's and the command line's values with them; only the
+    # node's own $PATH is left for its shell to expand.
+    path = shlex.quote(f"PATH={plan.layout.venv / 'bin'}") + ':"$PATH"'
+    return f"cd {shlex.quote(str(plan.job_dir))} && exec env {path} {shlex.join([*env, *argv])}"
+
+
+# How long the job's processes get to exit on SIGTERM before SIGKILL, in half-seconds.
+SWEEP_GRACE_TICKS = 10
+
+
+def job_process_pattern(job_dir: PurePosixPath) -> str:
+    """A pkill/pgrep pattern for the job's processes (their command lines name its folder) that
+    does not match the shell running it: `[/]srv/...` matches "/srv/..." but not itself."""
+    path = str(job_dir)
+    if not re.fullmatch(r"(/[A-Za-z0-9_.-]+)+", path):
+        raise BadInput(f"job folder {path!r} ({WORK_DIR_VAR}): only letters, digits, '_', '.', '-' and '/' may name it")
+    return "[/]" + path[1:].replace(".", "[.]") + "([/ ]|$)"  # job 42's pattern does not match job 421
+
+
+def stray_sweep_line(job_dir: PurePosixPath) -> str:
+    """The shell line that leaves no process of the job on a node: SIGTERM, a grace period,
+    SIGKILL, then the survivors listed on stderr and exit 3 (pgrep lists zombies too: wait for them)."""
+    pattern = shlex.quote(job_process_pattern(job_dir))
+    return (
+        f"p={pattern}; pkill -TERM -f \"$p\"; i=0; "
+        f"while pgrep -f \"$p\" >/dev/null && [ $i -lt {SWEEP_GRACE_TICKS} ]; do sleep 0.5; i=$((i+1)); done; "
+        "pkill -KILL -f \"$p\"; i=0; "
+        "while pgrep -f \"$p\" >/dev/null && [ $i -lt 4 ]; do sleep 0.5; i=$((i+1)); done; "
+        "if pgrep -af \"$p\" >&2; then exit 3; fi"
+    )
+
+
+def launch_commands(plan: JobPlan) -> list[tuple[Host, str]]:
+    """(host, shell line) for every process pycli starts over SSH: one launcher, or one per node."""
+    if plan.launcher == "torchrun":
+        return [(host, remote_shell(plan, torchrun_argv(plan, i), [host])) for i, host in enumerate(plan.hosts)]
+    if plan.launcher == "mpirun":
+        user = "root" if plan.request.container else plan.rank0.login_user  # job containers run as root
+        return [(plan.rank0, remote_shell(plan, job_mpirun_argv(plan, user)))]
+    return [(plan.rank0, remote_shell(plan, horovodrun_argv(plan)))]

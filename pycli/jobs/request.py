@@ -1,0 +1,41 @@
+"""The request of one job, as its caller builds it (`pycli train`, the allreduce gate of `pycli
+check`, each run of `pycli bench`) and hands it down whole: pycli.jobs.train plans it, the plan
+(pycli.jobs.launch.JobPlan) carries it beside what planning decided. Its own module, so the
+plan can hold it without launch_lines importing train."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pycli.jobs.containers import JobContainer
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """One job as a caller asks for it: `pycli train`, the allreduce gate of `pycli check`, each run of `pycli bench`.
+
+    Pure data, frozen; pycli.jobs.train.plan_job checks it against the cluster before anything runs.
+    """
+
+    np: int
+    workload: str = "mnist"  # a built-in workload (pycli.jobs.train.WORKLOADS) or a path to a .py script
+    launcher: str | None = None  # None: the workload's usual launcher
+    controller: str = "gloo"  # horovodrun's controller: gloo or mpi
+    script_args: tuple[str, ...] = ()
+    network_interface: str | None = None  # None: the inventory's pycli_network_interface
+    data_dir: Path | None = None  # on the controller; None: the built-in digits where the workload reads data
+    resume: Path | None = None  # a checkpoint on the controller to continue from
+    container: JobContainer | None = None  # every rank inside the job's containers (--docker)
+    time_limit_s: float | None = None  # --timeout: stop the job on every node after this long
+    max_restarts: int = 0  # --max-restarts: start a failed job again this often (pycli/jobs/restarts.py)
+    min_np: int | None = None  # --min-np: a restart or an elastic job may go on with this few ranks; None: all --np
+    elastic: bool = False  # --elastic: the launcher's elastic mode (horovodrun or torchrun) goes on when ranks are lost
+    threads_per_rank: int | None = None  # --threads-per-rank; None: each node's cores shared out between its ranks
+    env: tuple[str, ...] = ()  # --env NAME=VALUE for every rank
+    autotune: bool = False  # --autotune: horovodrun's autotuning, its log fetched with the results
+    # --scheduler: "slurm" (through Slurm's queue), "ssh" (started over SSH), None: Slurm where the
+    # inventory has it (pycli.jobs.slurm.choose_scheduler). The gates of `pycli check` and `pycli bench`
+    # measure the nodes themselves and start their jobs over SSH.
+    scheduler: str | None = "ssh"
+

@@ -1,0 +1,430 @@
+"""The one place that knows Slurm's command lines and output: what pycli asks of slurmctld
+(sbatch, squeue, sacct, sinfo, scontrol, scancel) and how it reads the answers. Pure: the
+commands run on a node over SSH (pycli.jobs.slurm_queue, pycli.cli.jobs, pycli.cluster.drained's callers),
+and the parsers are tested on Slurm 22.05's own output.
+
+pycli's node names are Slurm's: the slurm role writes one NodeName per inventory host, named
+as the inventory names it (roles/slurm).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from pycli.core.errors import BadInput
+
+# `pycli train --scheduler`: through Slurm's queue, or started over SSH as without Slurm.
+SLURM, SSH = "slurm", "ssh"
+SCHEDULERS = (SLURM, SSH)
+# --elastic: how long the batch script waits for the other nodes' launchers after the first one's has ended.
+ELASTIC_GRACE_S = 30
+# The job name every job pycli submits carries (squeue, sacct): "pycli-<workload>".
+JOB_NAME_PREFIX = "pycli-"
+# sacct's fields `pycli jobs` shows, in this order (-P: separated by '|', no padding).
+# A job's name is whatever its owner gave sbatch (a "|" or an escape sequence too): it comes last
+# in both, so a "|" in it stays in it, and it is made printable (printable) before anyone sees it.
+SACCT_FIELDS = ("JobID", "User", "State", "ExitCode", "Submit", "Start", "Elapsed", "NodeList", "Reason", "JobName")
+SQUEUE_FORMAT = "%i|%u|%T|%r|%D|%N|%B|%j"
+# Node states a job cannot start on (sinfo's long names, lower case, flags after '+' dropped).
+UNAVAILABLE = ("down", "drained", "draining", "fail", "failing", "future", "inval", "maint", "not_responding",
+               "power_down", "powered_down", "reboot_issued", "unknown")
+FINISHED_STATES = ("BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
+                   "PREEMPTED", "TIMEOUT")
+# The job's own processes have ended, and Slurm cleans up after them (the epilog on each node). On
+# a node that stopped answering that takes until Slurm gives the node up (minutes); the job's
+# result is known before: pycli's watch ends here.
+COMPLETING = "COMPLETING"
+
+
+def choose_scheduler(asked: str | None, has_slurm: bool) -> str:
+    """The scheduler a job goes through: the one asked for, else Slurm where the inventory has it."""
+    if asked is None:
+        return SLURM if has_slurm else SSH
+    if asked not in SCHEDULERS:
+        raise BadInput(f"unknown --scheduler {asked!r}; use one of {', '.join(SCHEDULERS)}")
+    if asked == SLURM and not has_slurm:
+        raise BadInput("--scheduler slurm: this inventory has no Slurm; add a [slurm_controller] group naming one node "
+                       "(or write it with 'pycli inventory new --slurm' / 'pycli cluster up --slurm') and run "
+                       "'pycli provision' again")
+    return asked
+
+
+def time_limit(seconds: float) -> str:
+    """sbatch --time as hours:minutes:seconds, rounded up to a whole second."""
+    whole = max(1, math.ceil(seconds))
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+
+
+@dataclass(frozen=True)
+class BatchJob:
+    """What one sbatch script asks Slurm for and runs: built by pycli.jobs.slurm_queue from a job's plan."""
+
+    name: str  # the job's name in the queue
+    nodes: tuple[str, ...]  # exactly these nodes, the plan's (the job's files are staged there)
+    tasks_per_node: int  # the most ranks the plan puts on one node: what Slurm reserves on each
+    workdir: str  # the job's folder on every node
+    output: str  # where the batch step writes the job's output, on the first node of the allocation
+    steps: tuple[tuple[str, str], ...]  # (node, shell line): one line, or one per node (torchrun)
+    time_limit_s: float | None = None
+    gpus_per_node: int = 0  # gres gpu per node: one per rank on GPU nodes
+    comment: str = ""  # the pycli job id, kept in Slurm's accounting (sacct -o Comment)
+    job_id_env: str = ""  # a variable the script sets to the Slurm job id for its steps (torchrun's rendezvous id)
+    elastic: bool = False  # --elastic: the job keeps its allocation when a node fails; the launcher goes on without it
+
+
+def sbatch_script(job: BatchJob) -> str:
+    """The batch script: readable, and submittable by hand (`sbatch FILE` on a node)."""
+    options = [
+        f"--job-name={job.name}",
+        f"--nodes={len(job.nodes)}",
+        f"--nodelist={','.join(job.nodes)}",
+        f"--ntasks-per-node={job.tasks_per_node}",
+        f"--chdir={job.workdir}",
+        f"--output={job.output}",
+    ]
+    if job.gpus_per_node:
+        options.append(f"--gres=gpu:{job.gpus_per_node}")
+    if job.time_limit_s is not None:
+        options.append(f"--time={time_limit(job.time_limit_s)}")
+    if job.comment:
+        options.append(f"--comment={job.comment}")
+    if job.elastic:
+        options.append("--no-kill")
+    lines = [
+        "#!/bin/bash",
+        "# Written by 'pycli train'; submit it again by hand from any node with 'sbatch THIS_FILE'.",
+        "# The job's files are in its folder on each node listed (pycli staged them there).",
+        *(f"#SBATCH {shlex.quote(option)}" for option in options),
+        "set -u",
+    ]
+    if job.job_id_env:
+        lines.append(f'export {job.job_id_env}="slurm-$SLURM_JOB_ID"')
+    if len(job.steps) == 1:
+        lines.append(job.steps[0][1])
+        return "\n".join(lines) + "\n"
+    # One launcher per node (torchrun): one task per node, each running its node's own line,
+    # with every CPU the job has on the node (a task gets one by default, and where Slurm
+    # confines tasks to their CPUs the launcher's ranks would all share it), unbound: the
+    # launcher's ranks share them as they do when started over SSH.
+    task = '--cpus-per-task="$SLURM_CPUS_ON_NODE" --cpu-bind=none'
+    if not job.elastic:
+        cases = "".join(f"  {shlex.quote(node)}) {line} ;;\n" for node, line in job.steps)
+        per_node = f'case "$SLURMD_NODENAME" in\n{cases}  *) echo "no line for $SLURMD_NODENAME" >&2; exit 2 ;;\nesac'
+        lines.append(f"srun --ntasks-per-node=1 --ntasks={len(job.steps)} {task} --kill-on-bad-exit=1 "
+                     f"bash -c {shlex.quote(per_node)}")
+        return "\n".join(lines) + "\n"
+    # --elastic: a step of its own on each node, so that a node's failure ends only its step; the
+    # job ends as the launcher on the first node (the rendezvous host) does, as over SSH. The
+    # others get a moment to finish with it.
+    step = f"srun --nodes=1 --ntasks=1 {task} --no-kill --kill-on-bad-exit=0 --nodelist"
+    lines += [f"{step}={shlex.quote(node)} bash -c {shlex.quote(line)} &" for node, line in job.steps[1:]]
+    first, line = job.steps[0]
+    lines += [
+        f"{step}={shlex.quote(first)} bash -c {shlex.quote(line)}",
+        "code=$?",
+        f"for _ in $(seq {ELASTIC_GRACE_S}); do [ -z \"$(jobs -rp)\" ] && break; sleep 1; done",
+        "exit $code",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def submit_command(workdir: str) -> str:
+    """sbatch reading the script from stdin, in the job's folder; prints the job id alone."""
+    return f"cd {shlex.quote(workdir)} && sbatch --parsable"
+
+
+def parse_job_id(stdout: str) -> str:
+    """The job id from `sbatch --parsable` ("ID" or "ID;CLUSTER")."""
+    for line in stdout.splitlines():
+        first = line.strip().split(";")[0]
+        if first.isdigit():
+            return first
+    raise ValueError(f"sbatch printed no job id: {stdout.strip()[:200]!r}")
+
+
+def cancel_command(job_id: str) -> str:
+    return f"scancel {shlex.quote(job_id)}"
+
+
+# What squeue says when slurmctld no longer knows a job (purged after MinJobAge): the job is gone.
+# Any other failure (slurmctld restarting, not answering) says nothing of the job.
+UNKNOWN_JOB = "Invalid job id specified"
+
+
+def _while_queued(job_id: str, fields: str, on_state: str, on_error: str, interval_s: float) -> str:
+    """A shell loop that runs while the job's processes have not ended: each answer of squeue (`-t
+    all`, so a finished job is seen with its final state) is in $s for `on_state`; a failed squeue
+    is in $s for `on_error`, and the loop goes on. It ends only on an answer: the job listed in one
+    of FINISHED_STATES or COMPLETING, not listed, or unknown to slurmctld (UNKNOWN_JOB)."""
+    quoted = shlex.quote(job_id)
+    return (f"while :; do if s=$(squeue -h -t all -j {quoted} -o '{fields}' 2>&1); then [ -z \"$s\" ] && break; {on_state}; "
+            f"case ${{s%%|*}} in {'|'.join((*FINISHED_STATES, COMPLETING))}) break;; esac; "
+            f"else case $s in *{shlex.quote(UNKNOWN_JOB)}*) break;; esac; {on_error}; fi; sleep {interval_s:g}; done")
+
+
+def watch_command(job_id: str, interval_s: float = 1.0) -> str:
+    """On a node: a line "@@slurm STATE|REASON|BATCHHOST|NODES" at every change while the job's
+    processes run, "@@slurm-unanswered WHAT-SQUEUE-SAID" when squeue fails (slurmctld restarting:
+    the watch goes on), then "@@slurm gone". Only an answer of Slurm's ends it (_while_queued): a
+    job is never taken for ended, and its processes swept, while slurmctld is away. Its last line
+    before "gone" is COMPLETING where Slurm still cleans up, NODES the nodes it waits for."""
+    return ("last=; " + _while_queued(
+        job_id, "%T|%r|%B|%N",
+        on_state='[ "$s" != "$last" ] && echo "@@slurm $s" && last=$s',
+        on_error='[ "$s" != "$last" ] && echo "@@slurm-unanswered $(printf \'%s\\n\' "$s" | tail -n 1)" && last=$s',
+        interval_s=interval_s) + "; echo '@@slurm gone'")
+
+
+def unanswered(line: str) -> str | None:
+    """What squeue said in a watch_command line that reports a failed squeue; None for any other line."""
+    return line[len("@@slurm-unanswered "):].strip() if line.startswith("@@slurm-unanswered ") else None
+
+
+@dataclass(frozen=True)
+class QueueState:
+    state: str  # PENDING, RUNNING, COMPLETING, ...
+    reason: str  # why pending (Resources, Priority, ReqNodeNotAvail, ...) or "None"
+    batch_host: str  # the node running the batch script (empty while pending)
+    nodes: str  # the allocation (empty while pending)
+
+
+def parse_watch_line(line: str) -> QueueState | None:
+    """A watch_command line; None for "gone" or anything else."""
+    if not line.startswith("@@slurm ") or line.strip() == "@@slurm gone":
+        return None
+    parts = line[len("@@slurm "):].strip().split("|")
+    if len(parts) != 4:
+        return None
+    state, reason, batch_host, nodes = parts
+    return QueueState(state, reason, "" if batch_host in ("n/a", "(null)") else batch_host, nodes)
+
+
+def output_command(path: str, job_id: str, interval_s: float = 1.0) -> str:
+    """On the batch host: the job's output file from its first line, followed while Slurm has the
+    job (_while_queued: a moment without slurmctld does not end it), and a moment more for the
+    last lines."""
+    return (f"tail -n +1 -F {shlex.quote(path)} 2>/dev/null & t=$!; "
+            + _while_queued(job_id, "%T", on_state=":", on_error=":", interval_s=interval_s)
+            + "; sleep 1; kill $t; wait $t 2>/dev/null; exit 0")
+
+
+def sacct_command(job_ids: Sequence[str] = (), *, since: str | None = None, all_users: bool = True) -> str:
+    """sacct's allocations (no steps), '|'-separated, the fields of SACCT_FIELDS."""
+    words = ["sacct", "-X", "-n", "-P", "-o", ",".join(SACCT_FIELDS)]
+    if job_ids:
+        words += ["-j", ",".join(job_ids)]
+    if since:
+        words += ["-S", since]
+    if all_users:
+        words.append("-a")
+    return " ".join(shlex.quote(word) for word in words)
+
+
+@dataclass(frozen=True)
+class AccountedJob:
+    """One job as sacct keeps it."""
+
+    job_id: str
+    name: str
+    user: str
+    state: str  # COMPLETED, FAILED, CANCELLED, TIMEOUT, ...; "CANCELLED by 0" shortened to CANCELLED
+    exit_code: int
+    signal: int
+    submit: str
+    start: str
+    elapsed: str
+    nodes: str
+    reason: str
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+    def as_json(self) -> dict[str, object]:
+        return {"job_id": self.job_id, "name": self.name, "user": self.user, "state": self.state,
+                "exit_code": self.exit_code, "signal": self.signal, "submit": self.submit, "start": self.start,
+                "elapsed": self.elapsed, "nodes": self.nodes, "reason": self.reason}
+
+
+def printable(text: str) -> str:
+    """`text` with every character a terminal would act on (escape sequences, line breaks) as "?"."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
+def parse_sacct(stdout: str) -> list[AccountedJob]:
+    """Lines of sacct_command's output; lines that are not a job's are left out."""
+    jobs = []
+    for line in stdout.splitlines():
+        parts = line.split("|", len(SACCT_FIELDS) - 1)
+        if len(parts) != len(SACCT_FIELDS) or not re.match(r"^\d+", parts[0]):
+            continue
+        values = dict(zip(SACCT_FIELDS, parts, strict=True))
+        code, _, signal = values["ExitCode"].partition(":")
+        jobs.append(AccountedJob(
+            job_id=values["JobID"], name=printable(values["JobName"]), user=values["User"],
+            state=values["State"].split()[0] if values["State"] else "", exit_code=int(code) if code.isdigit() else 0,
+            signal=int(signal) if signal.isdigit() else 0, submit=values["Submit"], start=values["Start"],
+            elapsed=values["Elapsed"], nodes=values["NodeList"], reason=values["Reason"],
+        ))
+    return jobs
+
+
+def scontrol_job_command(job_id: str) -> str:
+    """slurmctld's own record of a job (kept MinJobAge after it ends): where sacct has none."""
+    return f"scontrol show job -o {shlex.quote(job_id)}"
+
+
+def parse_scontrol_job(stdout: str, job_id: str) -> AccountedJob | None:
+    """The job of a scontrol_job_command answer, in sacct's terms; None where it is not there.
+    A COMPLETING job (its processes ended, Slurm's clean-up not yet) is COMPLETED or FAILED by its
+    exit code, as sacct will have it."""
+    for line in stdout.splitlines():
+        values = dict(re.findall(r"(\w+)=(\S*)", line))
+        if values.get("JobId") != job_id:
+            continue
+        code, _, signal = values.get("ExitCode", "").partition(":")
+        exit_code, signal_number = int(code) if code.isdigit() else 0, int(signal) if signal.isdigit() else 0
+        state = values.get("JobState", "")
+        if state == COMPLETING:
+            state = "FAILED" if exit_code or signal_number else "COMPLETED"
+        return AccountedJob(
+            job_id=job_id, name=printable(values.get("JobName", "")), user=values.get("UserId", "").split("(")[0],
+            state=state, exit_code=exit_code, signal=signal_number, submit=values.get("SubmitTime", ""),
+            start=values.get("StartTime", ""), elapsed=values.get("RunTime", ""), nodes=values.get("NodeList", ""),
+            reason=values.get("Reason", ""))
+    return None
+
+
+def squeue_command() -> str:
+    return f"squeue -h -o {shlex.quote(SQUEUE_FORMAT)}"
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    job_id: str
+    name: str
+    user: str
+    state: str
+    reason: str
+    node_count: int
+    nodes: str
+    batch_host: str
+
+    def as_json(self) -> dict[str, object]:
+        return {"job_id": self.job_id, "name": self.name, "user": self.user, "state": self.state, "reason": self.reason,
+                "node_count": self.node_count, "nodes": self.nodes}
+
+
+def parse_squeue(stdout: str) -> list[QueuedJob]:
+    jobs = []
+    for line in stdout.splitlines():
+        parts = line.split("|", 7)
+        if len(parts) != 8 or not parts[0].strip():
+            continue
+        job_id, user, state, reason, count, nodes, batch, name = parts
+        jobs.append(QueuedJob(job_id, printable(name), user, state, reason, int(count) if count.isdigit() else 0,
+                              nodes, batch))
+    return jobs
+
+
+def expand_hostlist(expression: str) -> list[str]:
+    """The node names of a Slurm hostlist such as "node[1-3,7],gpu[01-02]" (squeue's %N), in order.
+
+    Ranges keep their zero padding ("gpu[08-10]" is gpu08, gpu09, gpu10); a name without
+    brackets stands for itself; "(null)" and "" are no node."""
+    names: list[str] = []
+    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", expression.strip()):
+        if not item or item == "(null)":
+            continue
+        expansions = [""]
+        for literal, inside in re.findall(r"([^\[]*)(?:\[([^\]]*)\])?", item):
+            parts = [literal]
+            if inside:
+                parts = [literal + number for number in _range_names(inside)]
+            expansions = [before + part for before in expansions for part in parts]
+        names.extend(expansions)
+    return names
+
+
+def _range_names(inside: str) -> list[str]:
+    numbers: list[str] = []
+    for piece in inside.split(","):
+        low, _, high = piece.partition("-")
+        if not high:
+            numbers.append(low)
+            continue
+        if not (low.isdigit() and high.isdigit()):
+            numbers.append(piece)
+            continue
+        width = len(low) if low.startswith("0") else 0
+        numbers.extend(str(n).zfill(width) for n in range(int(low), int(high) + 1))
+    return numbers
+
+
+def running_jobs_by_node(jobs: Sequence[QueuedJob]) -> dict[str, list[str]]:
+    """Node name -> the ids of the RUNNING jobs on it (squeue's nodes expanded)."""
+    on: dict[str, list[str]] = {}
+    for job in jobs:
+        if job.state.upper() == "RUNNING":
+            for node in expand_hostlist(job.nodes):
+                on.setdefault(node, []).append(job.job_id)
+    return on
+
+
+# sinfo, one line per node: name, state (long), reason, GRES; '|' cannot be in any of them but the reason.
+SINFO_NODES_COMMAND = "sinfo -h -N -o '%N|%T|%G|%E'"
+
+
+@dataclass(frozen=True)
+class NodeState:
+    node: str
+    state: str  # sinfo's long state, lower case: idle, allocated, mixed, drained, draining, down, ...
+    gpus: int  # gres gpu:N of the node
+    reason: str  # why drained or down ("none" otherwise)
+
+    @property
+    def available(self) -> bool:
+        """Jobs can start on it (its state names none of UNAVAILABLE)."""
+        base = self.state.rstrip("*~#!%$@^-").split("+")[0]
+        return base not in UNAVAILABLE and not self.state.endswith("*")
+
+
+def _gres_gpus(gres: str) -> int:
+    """The GPU count of a gres string such as "gpu:8", "gpu:h100:8(S:0-1)" or "(null)"."""
+    count = 0
+    for item in gres.split(","):
+        fields = item.split("(")[0].split(":")
+        if fields[0] == "gpu" and len(fields) >= 2 and fields[-1].isdigit():
+            count += int(fields[-1])
+    return count
+
+
+def parse_sinfo_nodes(stdout: str) -> dict[str, NodeState]:
+    """Nodes by name from SINFO_NODES_COMMAND (a node in two partitions is listed once)."""
+    nodes: dict[str, NodeState] = {}
+    for line in stdout.splitlines():
+        parts = line.split("|", 3)
+        if len(parts) != 4 or not parts[0].strip():
+            continue
+        name, state, gres, reason = (part.strip() for part in parts)
+        nodes.setdefault(name, NodeState(name, state.lower(), _gres_gpus(gres), reason))
+    return nodes
+
+
+def drain_command(nodes: Sequence[str], reason: str) -> str:
+    """Slurm's DRAIN with pycli's reason: running jobs finish, no new one starts there."""
+    return (f"scontrol update nodename={shlex.quote(','.join(nodes))} state=drain "
+            f"reason={shlex.quote(reason or 'drained by pycli')}")
+
+
+def resume_command(nodes: Sequence[str]) -> str:
+    return f"scontrol update nodename={shlex.quote(','.join(nodes))} state=resume"
+
+
+def unavailable(states: Mapping[str, NodeState], names: Sequence[str]) -> list[NodeState]:
+    """Those of `names` Slurm will not start a job on, in the order given."""
+    return [states[name] for name in names if name in states and not states[name].available]

@@ -1,0 +1,265 @@
+"""A planned job through Slurm's queue (`pycli train --scheduler slurm`): the batch script
+written into the run folder, submitted with sbatch on the launcher node, its state said while
+it waits, its output streamed from the node that runs it, Ctrl-C as scancel, and how it ended
+as sacct accounts it.
+
+The job keeps the plan's hosts: Slurm is asked for exactly those nodes (the job's files are
+staged there) and as many tasks on each as the plan puts there, so a second job that wants
+them waits in the queue until the first ends. Command lines and parsers: pycli.jobs.slurm.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import IO
+
+from pycli.cluster import runner
+from pycli.cluster.drained import stamp
+from pycli.cluster.model import Cluster, Drained, Host
+from pycli.cluster.nodes import SSH_TIMEOUT_S, RemoteProcess, ssh_each, ssh_stream
+from pycli.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, PycliError
+from pycli.jobs import slurm
+from pycli.jobs.launch import TORCHRUN_RDZV_ID_ENV, JobPlan, launch_commands
+from pycli.jobs.processes import STOP_GRACE_S, JobExit
+
+SCRIPT_NAME = "job.sbatch"
+# sacct can lag slurmctld by a moment (slurmdbd is told asynchronously): how long to ask.
+ACCOUNTING_WAIT_S = 20
+SUBMIT_TIMEOUT_S = 60
+
+
+def _ask(host: Host, command: str, what: str) -> str:
+    answer = ssh_each([(host, command)], shared=True)[host.name]
+    if not answer.ok:
+        raise PycliError(f"{what} on {host.name} failed: {answer.why()}")
+    return answer.stdout
+
+
+def node_states(cluster: Cluster) -> dict[str, slurm.NodeState]:
+    """Slurm's view of every node, asked on the launcher node."""
+    return slurm.parse_sinfo_nodes(_ask(cluster.launcher_host, slurm.SINFO_NODES_COMMAND, "asking Slurm for its nodes"))
+
+
+def unavailable_lines(cluster: Cluster) -> list[str]:
+    """What Slurm says of the nodes it will start no job on, a line each, for `pycli check`; a
+    line saying why when Slurm cannot be asked (not provisioned yet, slurmctld down)."""
+    try:
+        states = node_states(cluster)
+    except PycliError as exc:
+        return [f"Slurm: cannot tell its node states ({exc})"]
+    return [f"Slurm: {node.node} {node.state} ({node.reason})"
+            for node in slurm.unavailable(states, [host.name for host in cluster.hosts])]
+
+
+def without_unavailable(cluster: Cluster, states: dict[str, slurm.NodeState], say: Callable[[str], None]) -> Cluster:
+    """The cluster less the nodes Slurm will not start a job on (drained by its health check, down)."""
+    out = slurm.unavailable(states, [host.name for host in cluster.hosts])
+    if not out:
+        return cluster
+    say("pycli: left out, as Slurm will start no job there: "
+        + "; ".join(f"{node.node} ({node.state}: {node.reason})" for node in out))
+    now = stamp()
+    drained = tuple(Drained(node.node, f"Slurm: {node.state}, {node.reason}", now) for node in out)
+    return replace(cluster, drained=drained).for_jobs()
+
+
+def batch_job(plan: JobPlan, states: dict[str, slurm.NodeState], time_limit_s: float | None) -> slurm.BatchJob:
+    """What to ask Slurm for: the plan's nodes, the most ranks on any of them, one GPU per rank on GPU nodes."""
+    tasks = max(host.slots for host in plan.hosts)
+    gpus = min((states[h.name].gpus if h.name in states else 0) for h in plan.hosts)
+    name = plan.request.workload if "/" not in plan.request.workload else Path(plan.request.workload).stem
+    return slurm.BatchJob(
+        name=f"{slurm.JOB_NAME_PREFIX}{name}", nodes=tuple(h.name for h in plan.hosts), tasks_per_node=tasks,
+        workdir=str(plan.job_dir), output=str(plan.job_dir / "slurm-%j.out"),
+        steps=tuple((host.name, line) for host, line in launch_commands(plan)),
+        time_limit_s=time_limit_s, gpus_per_node=min(gpus, tasks), comment=f"pycli job {plan.job_id}",
+        job_id_env=TORCHRUN_RDZV_ID_ENV if plan.launcher == "torchrun" else "",
+        elastic=plan.elastic_min_np is not None,
+    )
+
+
+def submit(plan: JobPlan, script: str) -> str:
+    """sbatch on the launcher node, the script on its stdin; the Slurm job id."""
+    def send(stdin: IO[bytes]) -> None:
+        stdin.write(script.encode())
+
+    # Detached: a Ctrl-C while sbatch runs must not cut it off with the job queued and its id
+    # unknown; run_slurm cancels the job once submit has returned it.
+    answer = ssh_stream(plan.rank0, slurm.submit_command(str(plan.job_dir)), send=send, timeout_s=SUBMIT_TIMEOUT_S,
+                        detached=True)
+    if not answer.ok:
+        raise PycliError(f"sbatch on {plan.rank0.name} refused the job: {answer.why()}")
+    return slurm.parse_job_id(answer.stdout)
+
+
+def accounted(plan: JobPlan, job_id: str) -> slurm.AccountedJob | None:
+    """The job as Slurm has it once it has finished: sacct's record, else (slurmdbd down, or
+    behind) slurmctld's own; what either says unfinished, or None, if neither says it ended."""
+    deadline = time.monotonic() + ACCOUNTING_WAIT_S
+    while True:
+        answer = ssh_each([(plan.rank0, slurm.sacct_command([job_id]))], shared=True)[plan.rank0.name]
+        found = [job for job in slurm.parse_sacct(answer.stdout) if job.job_id == job_id] if answer.ok else []
+        if found and found[0].finished:
+            return found[0]
+        own = ssh_each([(plan.rank0, slurm.scontrol_job_command(job_id))], shared=True)[plan.rank0.name]
+        kept = slurm.parse_scontrol_job(own.stdout, job_id) if own.ok else None
+        if kept is not None and kept.finished:
+            return kept
+        if time.monotonic() > deadline:
+            return found[0] if found else kept
+        time.sleep(1)
+
+
+def ending(job: slurm.AccountedJob | None, job_id: str, interrupted: bool, time_limit_s: float | None) -> JobExit:
+    """How the Slurm job ended, as pycli says it (pycli.jobs.processes.JobExit)."""
+    if job is None:
+        return JobExit(EXIT_FAILED, f"neither sacct nor slurmctld has a record of Slurm job {job_id}")
+    said = f"Slurm job {job_id} {job.state}"
+    if interrupted or job.state == "CANCELLED":
+        return JobExit(EXIT_INTERRUPTED, f"{said} (cancelled)") if interrupted else JobExit(EXIT_FAILED, f"{said} by scancel")
+    if job.state == "TIMEOUT":
+        limit = f"its --timeout of {time_limit_s:g} s passed" if time_limit_s else "its time limit passed"
+        return JobExit(EXIT_FAILED, f"{limit} ({said})", timed_out=True)
+    if job.state == "COMPLETED":
+        return JobExit(0, said)
+    code = job.exit_code or (128 + job.signal if job.signal else EXIT_FAILED)
+    return JobExit(code, f"{said}, exit {job.exit_code}" + (f" signal {job.signal}" if job.signal else ""))
+
+
+def script_name(restart: int) -> str:
+    """The batch script's name in the run folder: job.sbatch, then one per restart."""
+    return SCRIPT_NAME if not restart else f"job-restart{restart}.sbatch"
+
+
+def run_slurm(plan: JobPlan, states: dict[str, slurm.NodeState], run_dir: Path, write: Callable[[str], None] = print,
+              time_limit_s: float | None = None, restart: int = 0) -> tuple[JobExit, str]:
+    """Submit the job (`restart`: its restart's number), say its state, stream its output, cancel it
+    on Ctrl-C; how it ended and its Slurm job id."""
+    script = slurm.sbatch_script(batch_job(plan, states, time_limit_s))
+    path = run_dir / script_name(restart)
+    path.write_text(runner.mask_url_credentials(script))  # the record, as job.txt's; sbatch gets the script
+    interrupted = threading.Event()
+    # Before sbatch: a Ctrl-C while it submits cancels the job as soon as its id is known.
+    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+    try:
+        return _submit_and_watch(plan, script, path, run_dir, write, time_limit_s, interrupted)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _submit_and_watch(plan: JobPlan, script: str, path: Path, run_dir: Path, write: Callable[[str], None],
+                      time_limit_s: float | None, interrupted: threading.Event) -> tuple[JobExit, str]:
+    submitted = time.monotonic()
+    job_id = submit(plan, script)
+    write(f"pycli: Slurm job {job_id} submitted from {plan.rank0.name} (script {path})")
+    hosts = {host.name: host for host in plan.hosts}
+    output: list[RemoteProcess] = []
+    last: list[slurm.QueueState] = []
+
+    def on_watch(line: str) -> None:
+        if (said := slurm.unanswered(line)) is not None:
+            write(f"pycli: squeue on {plan.rank0.name} failed ({said}); still watching Slurm job {job_id}")
+            return
+        state = slurm.parse_watch_line(line)
+        if state is None:
+            return
+        if not last or (state.state, state.reason) != (last[-1].state, last[-1].reason):
+            why = f" ({state.reason})" if state.reason not in ("None", "") else ""
+            where = f" on {state.nodes}" if state.state == "RUNNING" and state.nodes else ""
+            waited = f" after {time.monotonic() - submitted:.1f} s" if state.state == "RUNNING" else ""
+            write(f"pycli: Slurm job {job_id} {state.state}{why}{where}{waited}")
+        last.append(state)
+        if not output and state.batch_host in hosts and state.state in ("RUNNING", "COMPLETING"):
+            output.append(RemoteProcess(hosts[state.batch_host],
+                                        slurm.output_command(str(plan.job_dir / f"slurm-{job_id}.out"), job_id), "", write))
+
+    cancelled_at: float | None = None
+    watcher = RemoteProcess(plan.rank0, slurm.watch_command(job_id), "", on_watch)
+    while True:
+        try:
+            watcher.wait(timeout=0.5)
+            break
+        except subprocess.TimeoutExpired:
+            if interrupted.is_set() and cancelled_at is None:
+                cancelled_at = time.monotonic()
+                write(f"pycli: cancelling Slurm job {job_id} (scancel)")
+                answer = ssh_each([(plan.rank0, slurm.cancel_command(job_id))], shared=True)[plan.rank0.name]
+                if not answer.ok:
+                    write(f"pycli: scancel {job_id} failed: {answer.why()}")
+            elif cancelled_at is not None and time.monotonic() - cancelled_at > STOP_GRACE_S:
+                write(f"pycli: Slurm job {job_id} is still in the queue {STOP_GRACE_S} s after scancel; not waiting")
+                watcher.kill()
+    for proc in output:  # its last lines, then it ends as the job has left the queue
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    if not output:  # it ran and ended between two looks at the queue: its output whole
+        out_file = plan.job_dir / f"slurm-{job_id}.out"
+        answers = ssh_each([(host, f"cat {out_file} 2>/dev/null") for host in plan.hosts], shared=True)
+        for line in next((a.stdout for a in answers.values() if a.ok and a.stdout), "").splitlines():
+            write(line)
+    ended = ending(accounted(plan, job_id), job_id, interrupted.is_set(), time_limit_s)
+    if last and last[-1].state == slurm.COMPLETING and (lost := unanswering(plan, slurm.expand_hostlist(last[-1].nodes))):
+        ended = replace(ended, why=f"{ended.why}; {', '.join(lost)} lost (no answer over SSH; Slurm ends the job "
+                                   "there once it gives the node up)", lost=True)
+    return ended, job_id
+
+
+def unanswering(plan: JobPlan, nodes: list[str]) -> list[str]:
+    """Those of the job's `nodes` (Slurm still cleaning up there) that do not answer over SSH."""
+    hosts = [host for host in plan.hosts if host.name in nodes]
+    answers = ssh_each([(host, "true") for host in hosts], SSH_TIMEOUT_S, shared=True) if hosts else {}
+    return [name for name, answer in answers.items() if not answer.ok]
+
+
+def _controller(cluster: Cluster) -> Host:
+    assert cluster.slurm_controller is not None
+    return next(host for host in cluster.hosts if host.name == cluster.slurm_controller)
+
+
+def set_drained(cluster: Cluster, reasons: dict[str, str], say: Callable[[str], None],
+                said: str = "running jobs finish; no new job starts there") -> None:
+    """Slurm's DRAIN, with each node's reason, set on the controller; a failure is said, not raised
+    (pycli's own list is changed already and every pycli command honours it)."""
+    if not cluster.has_slurm or not reasons:
+        return
+    controller = _controller(cluster)
+    by_reason: dict[str, list[str]] = {}
+    for node, reason in reasons.items():
+        by_reason.setdefault(reason, []).append(node)
+    command = " && ".join(slurm.drain_command(nodes, reason) for reason, nodes in by_reason.items())
+    answer = ssh_each([(controller, command)], shared=True)[controller.name]
+    if answer.ok:
+        say(f"Slurm: {', '.join(reasons)} DRAIN ({said})")
+    else:
+        say(f"pycli: Slurm did not drain {', '.join(reasons)} ({answer.why()}); run '{command}' on {controller.name}")
+
+
+def set_resumed(cluster: Cluster, nodes: list[str], say: Callable[[str], None]) -> None:
+    """Slurm's RESUME for those of `nodes` Slurm has drained, set on the controller; a failure is
+    said, not raised."""
+    if not cluster.has_slurm or not nodes:
+        return
+    try:
+        states = node_states(cluster)
+    except PycliError as exc:
+        say(f"pycli: cannot tell Slurm's state of {', '.join(nodes)} ({exc}); "
+            f"run '{slurm.resume_command(nodes)}' on {cluster.slurm_controller}")
+        return
+    drained = [node for node in nodes if node in states and "drain" in states[node].state]
+    if not drained:
+        return
+    controller = _controller(cluster)
+    answer = ssh_each([(controller, slurm.resume_command(drained))], shared=True)[controller.name]
+    if answer.ok:
+        say(f"Slurm: {', '.join(drained)} RESUME (jobs start there again)")
+    else:
+        say(f"pycli: Slurm did not resume {', '.join(drained)} ({answer.why()}); run "
+            f"'{slurm.resume_command(drained)}' on {controller.name}")
