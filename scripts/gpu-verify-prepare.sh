@@ -7,7 +7,7 @@
 #   scripts/gpu-verify-prepare.sh [FOLDER] [--python 3.12]
 #
 # FOLDER defaults to gpu-carry/ in the repository (git ignores it). Copy the repository and the
-# folder to the GPU machine, then run scripts/gpu-verify.sh there (README, "GPU verification").
+# folder to the GPU machine, then run scripts/gpu-verify.sh there (docs/gpu.md, "Verify the GPU path on one GPU machine").
 # The folder must stay under 60 MiB; this script says its size and fails above that.
 set -euo pipefail
 

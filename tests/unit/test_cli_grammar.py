@@ -147,10 +147,10 @@ def test_every_renamed_flag_is_in_the_changelog():
         assert f"`{path} {old}`" in changelog and f"`{new}`" in changelog, (path, old)
 
 
-# --------------------------------------------------- the README's table of common options
+# ------------------------------------------- docs/options.md's table of common options
 
 def common_options_table() -> str:
-    """The README's table: one row per command, a column per common option, from the app itself."""
+    """docs/options.md's table: one row per command, a column per common option, from the app itself."""
     columns = list(COMMON_OPTIONS)
     header = "| command | " + " | ".join(f"`{COMMON_OPTIONS[c]}`" if COMMON_OPTIONS[c] else f"`{c}`" for c in columns) + " |"
     lines = [header, "|---|" + "---|" * len(columns)]
@@ -172,11 +172,11 @@ def common_options_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-def test_the_readme_table_of_common_options_is_the_app_s():
-    readme = (ROOT / "README.md").read_text()
-    found = re.search(r"<!-- common-options -->\n(.*?)<!-- /common-options -->", readme, re.S)
-    assert found, "README.md lacks the table between <!-- common-options --> and <!-- /common-options -->"
-    assert found.group(1) == common_options_table(), "README's table is stale; it should read:\n" + common_options_table()
+def test_the_options_doc_table_of_common_options_is_the_app_s():
+    doc = (ROOT / "docs" / "options.md").read_text()
+    found = re.search(r"<!-- common-options -->\n(.*?)<!-- /common-options -->", doc, re.S)
+    assert found, "docs/options.md lacks the table between <!-- common-options --> and <!-- /common-options -->"
+    assert found.group(1) == common_options_table(), "docs/options.md's table is stale; it should read:\n" + common_options_table()
 
 
 @pytest.mark.parametrize("path", ["drain", "undrain"])
