@@ -48,7 +48,7 @@ def _updates(log: Path) -> list[str]:
 
 def test_a_healthy_node_without_gpus_passes_and_nothing_changes(node, capsys):
     _, _, log = node
-    assert node_gate.health("node2", ["/"], 0.001) == 0
+    assert node_gate.health("node2", ["/"], 0.001, probe_timeout_s=60) == 0
     assert capsys.readouterr().out.startswith("pycli health: healthy")
     assert _updates(log) == []
 
@@ -56,17 +56,17 @@ def test_a_healthy_node_without_gpus_passes_and_nothing_changes(node, capsys):
 def test_a_pending_row_remap_drains_the_node_with_the_gates_reason(node, capsys):
     bin_dir, state, log = node
     _tool(bin_dir, "nvidia-smi", f"cat {RECORDED / 'nvidia-smi-q-a100-remap-pending.txt'}\n")
-    assert node_gate.health("node2", ["/"], 0.001) == 1
+    assert node_gate.health("node2", ["/"], 0.001, probe_timeout_s=60) == 1
     [update] = _updates(log)
     assert update.startswith("update nodename=node2 state=drain reason=pycli health: GPU 0")
     assert "a row remap is pending" in update
     # Drained already with that reason: not asked again at the next interval.
     state.write_text(f"NodeName=node2 State=IDLE+DRAIN Reason={update.split('reason=', 1)[1]} [root@2026-11-26T10:00:00]\n")
-    assert node_gate.health("node2", ["/"], 0.001) == 1
+    assert node_gate.health("node2", ["/"], 0.001, probe_timeout_s=60) == 1
     assert len(_updates(log)) == 1
     # Repaired: the gate resumes what it drained.
     (bin_dir / "nvidia-smi").unlink()
-    assert node_gate.health("node2", ["/"], 0.001) == 0
+    assert node_gate.health("node2", ["/"], 0.001, probe_timeout_s=60) == 0
     assert _updates(log)[-1] == "update nodename=node2 state=resume"
 
 
@@ -76,35 +76,54 @@ def test_a_person_s_drain_keeps_its_reason_through_a_failed_check_and_stays_afte
     bin_dir, state, log = node
     state.write_text("NodeName=node2 State=IDLE+DRAIN Reason=DIMM replacement [root@2026-11-28T10:00:00]\n")
     _tool(bin_dir, "nvidia-smi", "echo 'NVIDIA-SMI has failed' >&2; exit 9\n")
-    assert node_gate.health("node2", ["/"], 0.001) == 1
+    assert node_gate.health("node2", ["/"], 0.001, probe_timeout_s=60) == 1
     assert "drained already: DIMM replacement; left so" in capsys.readouterr().out
     (bin_dir / "nvidia-smi").unlink()
-    assert node_gate.health("node2", ["/"], 0.001) == 0
+    assert node_gate.health("node2", ["/"], 0.001, probe_timeout_s=60) == 0
     assert _updates(log) == []
 
 
 def test_a_drain_for_any_other_reason_stays(node):
     _, state, log = node
     state.write_text("NodeName=node2 State=IDLE+DRAIN Reason=pycli: fenced by check --deep [root@2026-11-26T10:00:00]\n")
-    assert node_gate.health("node2", ["/"], 0.001) == 0
+    assert node_gate.health("node2", ["/"], 0.001, probe_timeout_s=60) == 0
     assert _updates(log) == []
 
 
 def test_disk_space_and_munge_are_part_of_the_health_check(node, tmp_path):
     bin_dir, _, log = node
     _tool(bin_dir, "unmunge", "cat >/dev/null; echo 'unmunge: Error: Invalid credential' >&2; exit 1\n")
-    assert node_gate.health("node2", ["/", str(tmp_path / "missing")], 10**9) == 1
+    assert node_gate.health("node2", ["/", str(tmp_path / "missing")], 10**9, probe_timeout_s=60) == 1
     [update] = _updates(log)
     assert "/: " in update and "GiB free, below 1e+09 GiB" in update
     assert "missing: No such file or directory" in update
     assert "munge does not work: unmunge: Error: Invalid cred" in update
 
 
+
+def test_the_probe_gets_the_time_the_wrappers_pass_and_the_command_asks_for_it():
+    """The probe's time is the slurm role's slurm_prolog_timeout, passed by its wrappers: the gate
+    has no number of its own."""
+    given = []
+
+    def run(command: str, timeout_s: float) -> tuple[int, str]:
+        given.append((command.split()[0], timeout_s))
+        return 0, "NodeName=node2 State=IDLE Reason=" if command.startswith("scontrol") else ""
+
+    assert node_gate.prolog("node2", probe_timeout_s=17, run=run) == 0
+    assert node_gate.health("node2", [], 0, probe_timeout_s=23, run=run) == 0
+    probes = [timeout for command, timeout in given if not command.startswith(("scontrol", "munge"))]
+    assert probes == [17, 23]
+    for mode in ("health", "prolog"):
+        ran = subprocess.run([sys.executable, "-S", "-m", "pycli_node.node_gate", mode, "--node", "node2"],
+                             cwd=NODE_PACKAGE.parent, capture_output=True, text=True, timeout=30)
+        assert ran.returncode == 2 and f"{mode} needs --probe-timeout S" in ran.stderr, ran.stderr
+
 def test_the_prolog_fails_on_a_sick_gpu_and_passes_without_one(node):
     bin_dir, _, log = node
-    assert node_gate.prolog("node2") == 0
+    assert node_gate.prolog("node2", probe_timeout_s=60) == 0
     _tool(bin_dir, "nvidia-smi", f"cat {RECORDED / 'nvidia-smi-q-a100-remap-pending.txt'}\n")
-    assert node_gate.prolog("node2") == 1
+    assert node_gate.prolog("node2", probe_timeout_s=60) == 1
     assert _updates(log)[0].startswith("update nodename=node2 state=drain reason=pycli prolog: GPU 0")
 
 
@@ -182,13 +201,13 @@ def _mapping(directory: Path) -> dict[str, list[str]]:
 def test_the_prolog_maps_the_jobs_gpus_and_the_epilog_takes_the_job_out(node, tmp_path):
     mapping = tmp_path / "run" / "dcgm-job-mapping"  # missing: the prolog makes it
     env = {"SLURM_JOB_GPUS": "0,2"}
-    assert node_gate.prolog("node2", job_id="41", mapping_dir=str(mapping), environ=env) == 0
+    assert node_gate.prolog("node2", probe_timeout_s=60, job_id="41", mapping_dir=str(mapping), environ=env) == 0
     assert _mapping(mapping) == {"0": ["41"], "2": ["41"]}
     # A second job shares GPU 2 (a GPU shared by jobs, e.g. Slurm's sharding): one id a line.
-    assert node_gate.prolog("node2", job_id="42", mapping_dir=str(mapping), environ={"SLURM_JOB_GPUS": "2-3"}) == 0
+    assert node_gate.prolog("node2", probe_timeout_s=60, job_id="42", mapping_dir=str(mapping), environ={"SLURM_JOB_GPUS": "2-3"}) == 0
     assert _mapping(mapping) == {"0": ["41"], "2": ["41", "42"], "3": ["42"]}
     # The same prolog again (Slurm retries): nothing twice.
-    assert node_gate.prolog("node2", job_id="42", mapping_dir=str(mapping), environ={"SLURM_JOB_GPUS": "2-3"}) == 0
+    assert node_gate.prolog("node2", probe_timeout_s=60, job_id="42", mapping_dir=str(mapping), environ={"SLURM_JOB_GPUS": "2-3"}) == 0
     assert _mapping(mapping)["2"] == ["41", "42"]
     # The epilog needs no GPU list; a GPU left without jobs loses its file, so the exporter
     # reports it without hpc_job (an empty file would hide its series).
@@ -202,21 +221,21 @@ def test_the_prolog_maps_the_jobs_gpus_and_the_epilog_takes_the_job_out(node, tm
 
 def test_cuda_visible_devices_is_the_fallback_and_a_job_without_gpus_maps_nothing(node, tmp_path):
     mapping = tmp_path / "mapping"
-    assert node_gate.prolog("node2", job_id="7", mapping_dir=str(mapping), environ={"CUDA_VISIBLE_DEVICES": "1"}) == 0
+    assert node_gate.prolog("node2", probe_timeout_s=60, job_id="7", mapping_dir=str(mapping), environ={"CUDA_VISIBLE_DEVICES": "1"}) == 0
     assert _mapping(mapping) == {"1": ["7"]}
-    assert node_gate.prolog("node2", job_id="8", mapping_dir=str(mapping), environ={}) == 0
+    assert node_gate.prolog("node2", probe_timeout_s=60, job_id="8", mapping_dir=str(mapping), environ={}) == 0
     assert _mapping(mapping) == {"1": ["7"]}
 
 
 def test_a_mapping_that_cannot_be_written_is_said_and_never_fails_the_prolog(node, tmp_path, capsys):
     blocked = tmp_path / "a-file"
     blocked.write_text("not a folder\n")
-    assert node_gate.prolog("node2", job_id="9", mapping_dir=str(blocked / "mapping"), environ={"SLURM_JOB_GPUS": "0"}) == 0
+    assert node_gate.prolog("node2", probe_timeout_s=60, job_id="9", mapping_dir=str(blocked / "mapping"), environ={"SLURM_JOB_GPUS": "0"}) == 0
     said = capsys.readouterr().err
     assert said.startswith("pycli prolog: dcgm-exporter job mapping not written in ")
     assert "Not a directory" in said and "\n" == said[-1] and said.count("\n") == 1
     # GPU ids Slurm did not give as indexes (UUIDs): said, the job runs.
-    assert node_gate.prolog("node2", job_id="9", mapping_dir=str(tmp_path / "m"),
+    assert node_gate.prolog("node2", probe_timeout_s=60, job_id="9", mapping_dir=str(tmp_path / "m"),
                             environ={"CUDA_VISIBLE_DEVICES": "GPU-8f3c"}) == 0
     assert "CUDA_VISIBLE_DEVICES='GPU-8f3c' is not a list of GPU indexes" in capsys.readouterr().err
     # The epilog with a mapping folder it cannot read: said, the epilog's answer unchanged.
@@ -227,7 +246,7 @@ def test_a_sick_gpu_drains_before_any_mapping_is_written(node, tmp_path):
     bin_dir, _, _ = node
     _tool(bin_dir, "nvidia-smi", f"cat {RECORDED / 'nvidia-smi-q-a100-remap-pending.txt'}\n")
     mapping = tmp_path / "mapping"
-    assert node_gate.prolog("node2", job_id="5", mapping_dir=str(mapping), environ={"SLURM_JOB_GPUS": "0"}) == 1
+    assert node_gate.prolog("node2", probe_timeout_s=60, job_id="5", mapping_dir=str(mapping), environ={"SLURM_JOB_GPUS": "0"}) == 1
     assert not mapping.exists()
 
 
@@ -243,8 +262,8 @@ def test_the_prolog_and_epilog_commands_keep_the_mapping_as_slurm_runs_them(node
     """Through `python3 -m pycli_node.node_gate` with Slurm's environment, as the role's wrappers run it."""
     mapping = tmp_path / "mapping"
     base = {**os.environ, "SLURM_JOB_ID": "123", "SLURM_JOB_GPUS": "1"}
-    ran = subprocess.run([sys.executable, "-m", "pycli_node.node_gate", "prolog", "--node", "node2",
-                          "--job-mapping-dir", str(mapping)], env=base, cwd=PROJECT, capture_output=True,
+    ran = subprocess.run([sys.executable, "-m", "pycli_node.node_gate", "prolog", "--probe-timeout", "60",
+                          "--node", "node2", "--job-mapping-dir", str(mapping)], env=base, cwd=PROJECT, capture_output=True,
                          text=True, timeout=60)
     assert ran.returncode == 0, ran.stderr
     assert _mapping(mapping) == {"1": ["123"]}

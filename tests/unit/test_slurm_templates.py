@@ -139,7 +139,8 @@ def test_with_monitoring_the_prolog_and_epilog_keep_dcgm_exporters_job_mapping(i
     groups = {"nodes": ["gpu1", "gpu2"], "slurm_controller": ["gpu1"], "monitoring": ["gpu1"]}
     monitoring_defaults = yaml.safe_load((ROLE.parent / "monitoring" / "defaults" / "main.yml").read_text())
     [command] = [line for line in _gate(item, groups=groups).splitlines() if line.startswith("exec ")]
-    assert command.endswith(f"-m pycli_node.node_gate {item} --node gpu1 --job-mapping-dir "
+    probe = f" --probe-timeout {_defaults()['slurm_prolog_timeout']}" if item == "prolog" else ""
+    assert command.endswith(f"-m pycli_node.node_gate {item}{probe} --node gpu1 --job-mapping-dir "
                             f"{monitoring_defaults['monitoring_dcgm_job_mapping_dir']}")
     # The inventory's value wins, as it does for the exporter.
     [command] = [line for line in _gate(item, groups=groups, monitoring_dcgm_job_mapping_dir="/run/jobs").splitlines()
@@ -150,3 +151,24 @@ def test_with_monitoring_the_prolog_and_epilog_keep_dcgm_exporters_job_mapping(i
 @pytest.mark.parametrize("item", ["prolog", "epilog"])
 def test_without_monitoring_the_prolog_and_epilog_write_no_job_mapping(item):
     assert "--job-mapping-dir" not in _gate(item)
+
+
+def _defaults() -> dict:
+    return yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+
+
+@pytest.mark.parametrize("timeout", [None, 7])
+def test_the_gpu_probe_gets_slurm_prolog_timeout_and_the_prolog_is_killed_after_it_and_before_slurm_gives_up(timeout):
+    """slurm_prolog_timeout (the role's default, or the inventory's) is the one number: the gate's
+    probe gets it in the health check and the prolog, the prolog is killed some seconds later, and
+    slurm.conf's PrologEpilogTimeout is later still."""
+    overrides = {} if timeout is None else {"slurm_prolog_timeout": timeout}
+    seconds = int(_defaults()["slurm_prolog_timeout"] if timeout is None else timeout)
+    for item in ("health", "prolog"):
+        [command] = [line for line in _gate(item, **overrides).splitlines() if line.startswith("exec ")]
+        assert f" {item} --probe-timeout {seconds} --node gpu1" in command
+    [command] = [line for line in _gate("prolog", **overrides).splitlines() if line.startswith("exec ")]
+    killed = int(command.split("timeout -k 5 ", 1)[1].split()[0]) + 5
+    conf = _render("slurm.conf.j2", "gpu2", _gpu_cluster(), **overrides).splitlines()
+    [slurms] = [int(line.split("=", 1)[1]) for line in conf if line.startswith("PrologEpilogTimeout=")]
+    assert seconds + 15 < killed < slurms

@@ -47,16 +47,17 @@ PROLOG_PREFIX = "pycli prolog: "
 EPILOG_PREFIX = "pycli epilog: "
 # Slurm keeps a reason of up to this many characters readable in sinfo.
 MAX_REASON = 200
-PROBE_TIMEOUT_S = 60
 KILL_WAIT_S = 10
 # Taken by every prolog and epilog that changes the mapping files: jobs start and end at once.
 # The name is not a GPU index, so dcgm-exporter skips it (and the temporary files).
 MAPPING_LOCK = ".pycli-lock"
 
 
-def gpu_problems(run: Callable[[str, float], tuple[int, str]], node: str) -> tuple[list[str], list[str]]:
-    """(problems, notes) of the GPU probe; none on a node without nvidia-smi."""
-    rc, out = run(health_command(0), PROBE_TIMEOUT_S)
+def gpu_problems(run: Callable[[str, float], tuple[int, str]], node: str,
+                 probe_timeout_s: float) -> tuple[list[str], list[str]]:
+    """(problems, notes) of the GPU probe, given probe_timeout_s seconds; none on a node without
+    nvidia-smi."""
+    rc, out = run(health_command(0), probe_timeout_s)
     found = evaluate_node(node, split_sections(out), 0)
     if found is None:
         return ([], []) if rc == 0 else ([f"the GPU probe failed (exit {rc})"], [])
@@ -124,8 +125,8 @@ def _quote(word: str) -> str:
     return "'" + word.replace("'", "'\"'\"'") + "'"
 
 
-def health(node: str, paths: Sequence[str], min_free_gib: float, run=shell) -> int:
-    problems, notes = gpu_problems(run, node)
+def health(node: str, paths: Sequence[str], min_free_gib: float, *, probe_timeout_s: float, run=shell) -> int:
+    problems, notes = gpu_problems(run, node, probe_timeout_s)
     problems += disk_problems(paths, min_free_gib) + munge_problems(run)
     drained, said = node_reason(run, node)
     if problems:
@@ -147,9 +148,9 @@ def health(node: str, paths: Sequence[str], min_free_gib: float, run=shell) -> i
     return 0
 
 
-def prolog(node: str, run=shell, job_id: str = "", mapping_dir: str = "",
+def prolog(node: str, *, probe_timeout_s: float, run=shell, job_id: str = "", mapping_dir: str = "",
            environ: Mapping[str, str] = os.environ) -> int:
-    problems, _ = gpu_problems(run, node)
+    problems, _ = gpu_problems(run, node, probe_timeout_s)
     if not problems:
         if mapping_dir:
             record_job_gpus(mapping_dir, job_id, environ)
@@ -339,14 +340,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--node", required=True, help="this node's Slurm name (NodeName)")
     parser.add_argument("--path", action="append", default=[], help="health: a file system that must have free space")
     parser.add_argument("--min-free-gib", type=float, default=1.0, help="health: the least free space on each --path")
+    # The slurm role's slurm_prolog_timeout, its one home: the wrappers pass it.
+    parser.add_argument("--probe-timeout", type=float, default=None, metavar="S",
+                        help="health, prolog: seconds the GPU probe may take (required for both)")
     parser.add_argument("--job-mapping-dir", default="",
                         help="prolog, epilog: dcgm-exporter's --hpc-job-mapping-dir, kept up to date with the jobs' GPUs")
     args = parser.parse_args(argv)
+    if args.mode in ("health", "prolog") and (args.probe_timeout is None or args.probe_timeout <= 0):
+        parser.error(f"{args.mode} needs --probe-timeout S, a number of seconds above 0")
     if args.mode == "health":
-        return health(args.node, args.path, args.min_free_gib)
+        return health(args.node, args.path, args.min_free_gib, probe_timeout_s=args.probe_timeout)
     job_id = os.environ.get("SLURM_JOB_ID", "")
     if args.mode == "prolog":
-        return prolog(args.node, job_id=job_id, mapping_dir=args.job_mapping_dir)
+        return prolog(args.node, probe_timeout_s=args.probe_timeout, job_id=job_id, mapping_dir=args.job_mapping_dir)
     if not job_id.isdigit():
         print("pycli epilog: no SLURM_JOB_ID in the environment; Slurm runs the epilog with it", file=sys.stderr)
         return 2
