@@ -38,6 +38,8 @@ def _expand(text: str, host: str = "gpu1", hostvars: dict | None = None, **extra
 
     hostvars = hostvars or _cluster()
     variables = {
+        # Role pycli_node is this role's dependency: its defaults are the play's too.
+        **trusted(yaml.safe_load((ROLE.parent / "pycli_node" / "defaults" / "main.yml").read_text())),
         **trusted(yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())),
         **trusted(yaml.safe_load((ROLE / "vars" / "main.yml").read_text())),
         "groups": {"nodes": list(hostvars), "monitoring": [next(iter(hostvars))]},
@@ -185,7 +187,7 @@ def test_the_dropins_command_line_starts_the_stand_in_exporter_with_the_roles_co
     argv = _exec_start(_render("dcgm-exporter.conf.j2", host="gpu1", __monitoring_listen="127.0.0.1",
                                monitoring_dcgm_exporter_port=port,
                                monitoring_dcgm_hostengine=f"127.0.0.1:{engine.getsockname()[1]}",
-                               monitoring_dcgm_job_mapping_dir=str(mapping),
+                               pycli_node_dcgm_job_mapping_dir=str(mapping),
                                __monitoring_dcgm_counters=str(ROLE / "files" / "dcgm-counters.csv")))
     proc = subprocess.Popen([sys.executable, str(exporter), *argv[1:], "--record", str(tmp_path / "record.json")],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -127,7 +127,7 @@ def _plugins() -> None:
 
 
 def _gate(item: str, **overrides) -> str:
-    """A wrapper of the node gate; its job mapping folder comes by a lookup of the monitoring role's defaults."""
+    """A wrapper of the node gate; its job mapping folder is role pycli_node's (its defaults are the play's)."""
     _plugins()
     cluster = _gpu_cluster()
     cluster["gpu1"]["ansible_facts"]["python"] = {"executable": "/usr/bin/python3"}
@@ -137,13 +137,13 @@ def _gate(item: str, **overrides) -> str:
 @pytest.mark.parametrize("item", ["prolog", "epilog"])
 def test_with_monitoring_the_prolog_and_epilog_keep_dcgm_exporters_job_mapping(item):
     groups = {"nodes": ["gpu1", "gpu2"], "slurm_controller": ["gpu1"], "monitoring": ["gpu1"]}
-    monitoring_defaults = yaml.safe_load((ROLE.parent / "monitoring" / "defaults" / "main.yml").read_text())
+    node_defaults = yaml.safe_load((ROLE.parent / "pycli_node" / "defaults" / "main.yml").read_text())
     [command] = [line for line in _gate(item, groups=groups).splitlines() if line.startswith("exec ")]
     probe = f" --probe-timeout {_defaults()['slurm_prolog_timeout']}" if item == "prolog" else ""
     assert command.endswith(f"-m pycli_node.node_gate {item}{probe} --node gpu1 --job-mapping-dir "
-                            f"{monitoring_defaults['monitoring_dcgm_job_mapping_dir']}")
+                            f"{node_defaults['pycli_node_dcgm_job_mapping_dir']}")
     # The inventory's value wins, as it does for the exporter.
-    [command] = [line for line in _gate(item, groups=groups, monitoring_dcgm_job_mapping_dir="/run/jobs").splitlines()
+    [command] = [line for line in _gate(item, groups=groups, pycli_node_dcgm_job_mapping_dir="/run/jobs").splitlines()
                  if line.startswith("exec ")]
     assert command.endswith("--job-mapping-dir /run/jobs")
 
