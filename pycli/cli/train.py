@@ -8,6 +8,7 @@ import typer
 
 from pycli.cli.options import INVENTORY_OPTION
 from pycli.jobs.containers import DEFAULT_JOB_SSH_PORT
+from pycli.jobs.request import DEFAULT_CONTROLLER
 
 
 def train_cmd(
@@ -19,7 +20,7 @@ def train_cmd(
     np: int = typer.Option(..., "--np", help="Number of processes (ranks) in all."),
     inventory: Path | None = INVENTORY_OPTION,
     launcher: str | None = typer.Option(None, "--launcher", help="horovod (horovodrun), mpirun or torchrun."),
-    controller: str = typer.Option("gloo", "--controller", help="horovodrun's controller: gloo or mpi."),
+    controller: str = typer.Option(DEFAULT_CONTROLLER, "--controller", help="horovodrun's controller: gloo or mpi."),
     network_interface: str | None = typer.Option(
         None, "--network-interface", help="NIC the ranks talk over (default: inventory's pycli_network_interface)."
     ),

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pycli.core.errors import BadInput
 from pycli.core.sizes import parse_size
 from pycli.jobs.launch import HOROVOD_CONTROLLERS, check_controller
+from pycli.jobs.request import DEFAULT_CONTROLLER
 
 # --deep: the share of the others' median a node's compute and a pair's link must reach (the
 # spread of healthy local nodes, measured in one sitting, is in docs/check.md).
@@ -24,7 +25,7 @@ DEFAULT_DCGM_LEVEL = 1
 @dataclass(frozen=True)
 class CheckOptions:
     busbw_floor_gbps: float = 0.0  # 0: no floor
-    controller: str = "gloo"  # horovodrun's controller for the allreduce gate
+    controller: str = DEFAULT_CONTROLLER  # horovodrun's controller for the allreduce gate
     allreduce_size: str = "64M"
     controllers: tuple[str, ...] = HOROVOD_CONTROLLERS  # --build-controllers: what every node's Horovod must have
     cuda_image: str = "nvidia/cuda:12.8.1-base-ubuntu22.04"

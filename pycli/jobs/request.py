@@ -10,6 +10,9 @@ from pathlib import Path
 
 from pycli.jobs.containers import JobContainer
 
+# horovodrun's controller when nobody names one (`pycli train`, the allreduce gate of `pycli check`).
+DEFAULT_CONTROLLER = "gloo"
+
 
 @dataclass(frozen=True)
 class JobRequest:
@@ -21,7 +24,7 @@ class JobRequest:
     np: int
     workload: str = "mnist"  # a built-in workload (pycli.jobs.train.WORKLOADS) or a path to a .py script
     launcher: str | None = None  # None: the workload's usual launcher
-    controller: str = "gloo"  # horovodrun's controller: gloo or mpi
+    controller: str = DEFAULT_CONTROLLER  # horovodrun's controller: gloo or mpi
     script_args: tuple[str, ...] = ()
     network_interface: str | None = None  # None: the inventory's pycli_network_interface
     data_dir: Path | None = None  # on the controller; None: the built-in digits where the workload reads data
