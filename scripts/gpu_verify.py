@@ -336,7 +336,7 @@ def train_step(ctx: Context, name: str, args: Sequence[str], needs_gpu: bool = T
         if not (Path(ctx.python).parent / "horovodrun").exists():
             return Step(name, False, "no Horovod: its build failed")
     began_at = time.time()
-    argv = [ctx.python, "-m", "pycli", "train", "-i", str(ctx.inventory), "--timeout", str(JOB_TIMEOUT_S), *args]
+    argv = [ctx.python, "-m", "pycli", "train", "-i", str(ctx.inventory), "--time-limit", str(JOB_TIMEOUT_S), *args]
     code, text, took = run(ctx, name, argv, JOB_TIMEOUT_S + 120)
     figures = summarize(metrics_of(newest_results(ctx, began_at)))
     figures["wall_s"] = round(took, 1)

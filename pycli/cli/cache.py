@@ -17,6 +17,7 @@ from pycli.cli.options import (
     output_option,
 )
 from pycli.core import cache
+from pycli.core.errors import BadInput, notice, renamed_line
 from pycli.core.paths import cache_dir
 from pycli.provision.run import CACHE_PLAYBOOK, ProvisionRequest, provision
 
@@ -68,10 +69,21 @@ def lock_cmd(
 
 
 @cache_app.command("export")
-def export_cmd(file: Path = typer.Argument(..., help="Tar file to write.")) -> None:
-    """Write the filled cache (downloads, wheelhouses, built artifacts) and its manifest to FILE."""
-    files, size = cache.export_cache(file)
-    print(f"exported {files} file(s), {_mib(size)}, from {cache_dir()} to {file}")
+def export_cmd(
+    output: Path | None = output_option("Tar file to write.", dir_okay=False, show_default=False),
+    # Before -o: the tar file as the argument (taken for one release, with a notice).
+    old_file: Path | None = typer.Argument(None, hidden=True, metavar="FILE"),
+) -> None:
+    """Write the filled cache (downloads, wheelhouses, built artifacts) and its manifest to -o FILE."""
+    if old_file is not None:
+        if output is not None:
+            raise BadInput(f"two tar files given, {old_file} and -o {output}; give one, with -o FILE")
+        notice(renamed_line("cache export FILE", "cache export -o FILE"))
+        output = old_file
+    if output is None:
+        raise BadInput("cache export: give the tar file to write with -o FILE")
+    files, size = cache.export_cache(output)
+    print(f"exported {files} file(s), {_mib(size)}, from {cache_dir()} to {output}")
 
 
 @cache_app.command("import")

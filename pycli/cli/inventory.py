@@ -210,7 +210,9 @@ def _key_path(key: Path | None) -> str | None:
 @inventory_app.command("new")
 def new_cmd(
     output: Path = output_option("Inventory file to write (refused if it exists, unless --force).", ..., dir_okay=False),
-    hosts: str | None = typer.Option(None, "--hosts", help="Comma-separated hosts, each [user@]host[:port]."),
+    hosts: str | None = typer.Option(
+        None, "--hosts", help="Comma-separated hosts, each [user@]host[:slots] (slots as horovodrun -H; SSH port: --port)."
+    ),
     hosts_file: Path | None = typer.Option(
         None,
         "--hosts-file",

@@ -18,7 +18,7 @@ from typing import Any
 import typer
 
 from pycli.cluster.model import Cluster
-from pycli.core.errors import BadInput, notice
+from pycli.core.errors import NEXT_RELEASE, BadInput, notice, renamed_line
 
 INVENTORY_RULE = (
     "Commands that read an inventory take it as their first argument or with -i INVENTORY (drain and "
@@ -69,10 +69,10 @@ def output_option(help: str, default: Any = None, **kwargs: Any) -> Any:
 
 # --------------------------------------------------------------- renamed flags
 
-# (command, old flag) -> its new name. The old names keep working for one release, each use
-# printing a one-line notice (CHANGELOG.md); they are rewritten before the command is parsed,
-# so no command carries a second, hidden meaning of a flag.
-RENAMED_FLAGS: Mapping[tuple[str, str], str] = {
+# (command, old flag) -> its new name, under the last release that takes the old name: the release
+# the rename came in. Each use prints a one-line notice (CHANGELOG.md); they are rewritten before
+# the command is parsed, so no command carries a second, hidden meaning of a flag.
+RENAMED_FLAGS_BY_RELEASE: Mapping[str, Mapping[tuple[str, str], str]] = {"0.2.0": {
     ("hostfile", "-f"): "--format",
     ("cache lock", "--out"): "--output",
     ("cluster up", "--inventory"): "--output",
@@ -82,8 +82,16 @@ RENAMED_FLAGS: Mapping[tuple[str, str], str] = {
     ("check", "--controllers"): "--build-controllers",
     ("check", "--backend"): "--controller",
     ("train", "--backend"): "--controller",
+}, NEXT_RELEASE: {
+    # --timeout is how long something has to answer (top); a job's wall-clock limit is its own word.
+    ("train", "--timeout"): "--time-limit",
+}}
+RENAMED_FLAGS: Mapping[tuple[str, str], str] = {
+    flag: new for renamed in RENAMED_FLAGS_BY_RELEASE.values() for flag, new in renamed.items()
 }
-RENAMED_IN = "0.2.0"
+GOES_AFTER: Mapping[tuple[str, str], str] = {
+    flag: release for release, renamed in RENAMED_FLAGS_BY_RELEASE.items() for flag in renamed
+}
 
 
 def command_path(groups: Mapping[str, Any], argv: Sequence[str]) -> tuple[str, int]:
@@ -120,7 +128,7 @@ def rename_flags(command: str, args: Sequence[str]) -> tuple[list[str], list[str
             continue
         old = arg[: len(arg) - len(rest)].rstrip("=")
         result.extend([new, rest] if rest else [new])
-        line = f"{command} {old} is now {new}; the old name goes after release {RENAMED_IN} (CHANGELOG.md)"
+        line = renamed_line(f"{command} {old}", new, GOES_AFTER[command, old])
         if line not in notices:
             notices.append(line)
     return result, notices
@@ -147,17 +155,22 @@ def given_inventory(argument: Path | None, option: Path | None) -> Path | None:
     return argument if argument is not None else option
 
 
-def leading_inventory(arguments: Sequence[str], not_an_inventory: Sequence[str] = ()) -> tuple[Path | None, list[str]]:
+def leading_inventory(arguments: Sequence[str], workloads: Sequence[str] = ()) -> tuple[Path | None, list[str]]:
     """An inventory given first among `train`'s or `bench`'s free arguments, and the arguments after it.
 
-    The first argument is the inventory when it names a file or folder that exists and is
-    neither a Python script (.py) nor one of `not_an_inventory` (built-in workload names).
+    By the word alone, never by what the filesystem holds: the first argument is the inventory
+    unless it is an option's (starts with '-'), a Python script (ends in .py) or one of `workloads`
+    (the built-in workload names). Taken so and missing, it is one line that says the rule.
     """
     if not arguments:
         return None, []
     first = arguments[0]
-    if first.startswith("-") or first.endswith(".py") or first in not_an_inventory or not Path(first).exists():
+    if first.startswith("-") or first.endswith(".py") or first in workloads:
         return None, list(arguments)
+    if not Path(first).exists():
+        named = f"a workload ({', '.join(workloads)} or a .py script) or " if workloads else ""
+        raise BadInput(f"{first}: no such inventory; the first argument is {named}an inventory, and the workload's "
+                       "own arguments come after '--'")
     return Path(first), list(arguments[1:])
 
 

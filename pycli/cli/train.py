@@ -26,20 +26,24 @@ def train_cmd(
     ),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Folder of MNIST IDX files (default: the 8x8 digits)."),
     resume: Path | None = typer.Option(None, "--resume", help="Checkpoint (from an earlier run's results) to continue from."),
-    timeout: float | None = typer.Option(
-        None, "--timeout", metavar="SECONDS", help="Stop the job on every node after this long (staging and results not counted)."
+    time_limit: float | None = typer.Option(
+        None, "--time-limit", metavar="SECONDS",
+        help="The job's wall-clock limit: stop it on every node after this long (staging and results not counted)."
     ),
     max_restarts: int = typer.Option(
-        0, "--max-restarts", help="Start a failed job again up to N times, from the newest checkpoint on the nodes "
-        "(with --elastic under torchrun: its agents' restarts)."
+        0, "--max-restarts", help="pycli starts a failed job again up to N times, from the newest checkpoint on the nodes."
+    ),
+    elastic_restarts: int | None = typer.Option(
+        None, "--elastic-restarts", metavar="N", help="With --elastic under torchrun: how often its agents start the "
+        "ranks again (default 3).", show_default=False,
     ),
     min_np: int | None = typer.Option(
         None, "--min-np", help="With --max-restarts or --elastic: go on with this few ranks when nodes are lost (default: --np)."
     ),
     elastic: bool = typer.Option(
         False, "--elastic", help="The launcher's elastic mode: horovodrun's (mnist) goes on with the ranks left "
-        "from the last epoch; torchrun's (ddp) agents start the ranks again on the nodes left, up to --max-restarts "
-        "(default 3) times.",
+        "from the last epoch; torchrun's (ddp) agents start the ranks again on the nodes left, up to "
+        "--elastic-restarts times.",
     ),
     threads_per_rank: int | None = typer.Option(
         None, "--threads-per-rank", metavar="N",
@@ -104,7 +108,8 @@ def train_cmd(
     request = JobRequest(
         np=np, workload=workload or "mnist", launcher=launcher, controller=controller, script_args=tuple(script_args or ()),
         network_interface=network_interface, data_dir=data_dir, resume=resume, container=container,
-        time_limit_s=timeout, max_restarts=max_restarts, min_np=min_np, elastic=elastic,
+        time_limit_s=time_limit, max_restarts=max_restarts, elastic_restarts=elastic_restarts,
+        min_np=min_np, elastic=elastic,
         threads_per_rank=threads_per_rank, env=tuple(env or ()), autotune=autotune, scheduler=scheduler,
     )
     raise typer.Exit(run_job(cluster, request).code)

@@ -30,7 +30,7 @@ from pycli.cluster.inventory_writer import (
     SLURM_CONTROLLER_GROUP,
     HostEntry,
 )
-from pycli.core.errors import BadInput, problems_error
+from pycli.core.errors import NEXT_RELEASE, BadInput, problems_error
 
 DEFAULT_SSH_PORT = 22
 # Later the GPU count found on the host; until a host has been looked at, one process.
@@ -371,27 +371,36 @@ def host_from_vars(name: str, variables: Mapping[str, Any]) -> tuple[Host | None
 # ----------------------------------------------- `--hosts` host lists (pure)
 
 # [user@]host[:port], where host may be an [IPv6] address in brackets.
-_HOST_SPEC = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?:\[(?P<ipv6>[^\]]+)\]|(?P<host>[^:@\s\[\]]+))(?::(?P<port>[^:]*))?$")
+_HOST_SPEC = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?:\[(?P<ipv6>[^\]]+)\]|(?P<host>[^:@\s\[\]]+))(?::(?P<slots>[^:]*))?$")
+# Before release 0.3.0, `--hosts host:N` was an SSH port; slots that many on one host are refused, so
+# a port typed the old way is said, not taken as slots. No server runs a thousand ranks.
+HOST_LIST_SLOTS_MAX = 1024
 
 
 def parse_host_list(text: str) -> list[HostEntry]:
-    """Host lines from `--hosts a,user@b,c:2222`: each `[user@]host[:port]`."""
+    """Host lines from `--hosts a,user@b:4,c`: each `[user@]host[:slots]`, slots as in horovodrun's -H."""
     source = f"--hosts {text!r}"
     entries: list[HostEntry] = []
     problems = []
     for item in (part.strip() for part in text.split(",")):
         match = _HOST_SPEC.match(item)
         if not match:
-            problems.append(f"{item!r} is not [user@]host[:port]" if item else "an empty entry between commas")
+            problems.append(f"{item!r} is not [user@]host[:slots]" if item else "an empty entry between commas")
             continue
         if match["user"] is not None and (why := login_name_problem(match["user"])) is not None:
             problems.append(f"{item!r}: {why}")
             continue
-        port = None
-        if match["port"] is not None and (port := port_number(match["port"])) is None:
-            problems.append(f"{item!r}: the SSH port must be a number from 1 to 65535")
-            continue
-        entries.append(HostEntry(name=match["ipv6"] or match["host"], port=port, user=match["user"]))
+        slots = None
+        if match["slots"] is not None:
+            slots = positive_int(match["slots"])
+            if slots is None:
+                problems.append(f"{item!r}: slots must be a positive integer (host:slots, as horovodrun -H)")
+                continue
+            if slots > HOST_LIST_SLOTS_MAX:
+                problems.append(f"{item!r}: {slots} slots? host:N is the host's slots (as horovodrun -H); "
+                                f"its SSH port is --port (host:PORT until release {NEXT_RELEASE})")
+                continue
+        entries.append(HostEntry(name=match["ipv6"] or match["host"], user=match["user"], slots=slots))
     if problems:
         raise problems_error(source, problems)
     return entries

@@ -63,6 +63,16 @@ def notice(message: str) -> None:
     print(f"pycli: {message}", file=sys.stderr)
 
 
+# What a user typed before a rename keeps working for one release: the one a rename comes in, the
+# next one for what CHANGELOG.md's "Unreleased" renames.
+NEXT_RELEASE = "0.3.0"
+
+
+def renamed_line(old: str, new: str, goes_after: str = NEXT_RELEASE) -> str:
+    """The one notice for an old name or meaning still taken: what it is now, and until when."""
+    return f"{old} is now {new}; the old name goes after release {goes_after} (CHANGELOG.md)"
+
+
 def warn(message: str) -> None:
     """Something the user should know that does not stop the command: one line on stderr."""
     notice(f"warning: {message}")

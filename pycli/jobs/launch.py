@@ -38,6 +38,8 @@ ALLREDUCE_SCRIPT = WORKLOADS_DIR / "allreduce.py"  # the allreduce of check's ga
 # torchrun's rendezvous port when none was picked on the first node (plans shown, not run):
 # a job that runs asks its first node for a free port while it is staged.
 TORCHRUN_PORT = 29400
+# torchrun --elastic without --elastic-restarts: how often its agents start the ranks again.
+DEFAULT_ELASTIC_RESTARTS = 3
 # The threads of each rank: torch, OpenMP and MKL read it; torchrun keeps a value it is given.
 THREADS_VAR = "OMP_NUM_THREADS"
 # Horovod's run settings for jobs on nodes without GPUs (horovodrun and mpirun); --env
@@ -113,7 +115,6 @@ class JobPlan:
     rendezvous_port: int | None = None  # torchrun: a port found free on the first node while staging
     resume_on_node: PurePosixPath | None = None  # a restart (--max-restarts): the checkpoint already on the nodes
     elastic_min_np: int | None = None  # --elastic: the launcher's elastic mode, going on with at least this many ranks
-    elastic_restarts: int = 0  # --elastic under torchrun: how often its agents start the ranks again (--max-restarts)
     data_digest: str | None = None  # the data's name in the nodes' store (pycli.jobs.files.content_digest)
     jobs_kept: int = 20  # pycli_jobs_kept: job folders (and store entries) a node keeps; 0: all
     nodes_share_cpus: bool = False  # the inventory's pycli_nodes_share_cpus: every rank of the job shares one machine
@@ -149,6 +150,14 @@ class JobPlan:
     def restarts_by_agents(self) -> bool:
         """torchrun --elastic: its agents restart the ranks and carry on without a lost node, not pycli."""
         return self.launcher == "torchrun" and self.elastic_min_np is not None
+
+    @property
+    def elastic_restarts(self) -> int:
+        """torchrun --elastic: how often its agents start the ranks again (--elastic-restarts); else 0."""
+        if not self.restarts_by_agents:
+            return 0
+        asked = self.request.elastic_restarts
+        return DEFAULT_ELASTIC_RESTARTS if asked is None else asked
 
     @property
     def ranks_by_rendezvous(self) -> bool:

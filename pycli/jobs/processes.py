@@ -22,7 +22,7 @@ class JobExit:
     """How the job's processes ended: the exit code, and which host ended it first and how."""
 
     code: int
-    why: str = ""  # e.g. "node2 exited 1 first", "node2 stopped answering", "its --timeout of 60 s passed"
+    why: str = ""  # e.g. "node2 exited 1 first", "node2 stopped answering", "its --time-limit of 60 s passed"
     timed_out: bool = False  # pycli stopped it: its time limit passed
     lost: bool = False  # a node's SSH session ended with ssh's own error: the node stopped answering
 
@@ -112,8 +112,8 @@ def run_processes(plan: JobPlan, write: Callable[[str], None] = print, time_limi
                                 other.kill()
                         continue
                     if deadline is not None and time.monotonic() > deadline:
-                        first.append(JobExit(EXIT_FAILED, f"its --timeout of {time_limit_s:g} s passed", timed_out=True))
-                        write(f"pycli: the job passed its --timeout of {time_limit_s:g} s; stopping it on every node")
+                        first.append(JobExit(EXIT_FAILED, f"its --time-limit of {time_limit_s:g} s passed", timed_out=True))
+                        write(f"pycli: the job passed its --time-limit of {time_limit_s:g} s; stopping it on every node")
                         stop_all()
                     # One node's failure (torchrun: one launcher per node) must end the others.
                     elif many and (found := one_failed()) is not None:

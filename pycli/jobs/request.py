@@ -30,8 +30,9 @@ class JobRequest:
     data_dir: Path | None = None  # on the controller; None: the built-in digits where the workload reads data
     resume: Path | None = None  # a checkpoint on the controller to continue from
     container: JobContainer | None = None  # every rank inside the job's containers (--docker)
-    time_limit_s: float | None = None  # --timeout: stop the job on every node after this long
-    max_restarts: int = 0  # --max-restarts: start a failed job again this often (pycli/jobs/restarts.py)
+    time_limit_s: float | None = None  # --time-limit: stop the job on every node after this long
+    max_restarts: int = 0  # --max-restarts: pycli starts a failed job again this often (pycli/jobs/restarts.py)
+    elastic_restarts: int | None = None  # --elastic-restarts: torchrun's agents' restarts under --elastic; None: 3
     min_np: int | None = None  # --min-np: a restart or an elastic job may go on with this few ranks; None: all --np
     elastic: bool = False  # --elastic: the launcher's elastic mode (horovodrun or torchrun) goes on when ranks are lost
     threads_per_rank: int | None = None  # --threads-per-rank; None: each node's cores shared out between its ranks

@@ -124,7 +124,7 @@ def ending(job: slurm.AccountedJob | None, job_id: str, interrupted: bool, time_
     if interrupted or job.state == "CANCELLED":
         return JobExit(EXIT_INTERRUPTED, f"{said} (cancelled)") if interrupted else JobExit(EXIT_FAILED, f"{said} by scancel")
     if job.state == "TIMEOUT":
-        limit = f"its --timeout of {time_limit_s:g} s passed" if time_limit_s else "its time limit passed"
+        limit = f"its --time-limit of {time_limit_s:g} s passed" if time_limit_s else "its time limit passed"
         return JobExit(EXIT_FAILED, f"{limit} ({said})", timed_out=True)
     if job.state == "COMPLETED":
         return JobExit(0, said)

@@ -22,7 +22,7 @@ from pathlib import Path
 from pycli.cluster import runner
 from pycli.cluster.hostfiles import fill_slots, render_hostfile
 from pycli.cluster.model import INTERFACE_VAR, JOBS_KEPT_VAR, Cluster, interface_problem
-from pycli.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, BadInput, PycliError, Unreachable, warn
+from pycli.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, BadInput, PycliError, Unreachable, notice, renamed_line, warn
 from pycli.core.paths import PROJECT_ROOT, cache_dir, new_run_dir
 from pycli.jobs import containers, slurm
 from pycli.jobs import files as job_files
@@ -58,8 +58,6 @@ DEFAULT_LAUNCHER = {"mnist": "horovod", "ddp": "torchrun", "synthetic": "horovod
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # The built-in workloads that go on through lost ranks (workloads/elastic.py).
 ELASTIC_WORKLOADS = ("mnist", "ddp")
-# torchrun --elastic without --max-restarts: how often its agents start the ranks again.
-DEFAULT_ELASTIC_RESTARTS = 3
 
 
 def new_job_id(now: datetime | None = None) -> str:
@@ -92,7 +90,7 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
     if data_dir is not None and not data_dir.is_dir():
         raise BadInput(f"--data-dir {data_dir} is not a folder")
     if request.time_limit_s is not None and request.time_limit_s <= 0:
-        raise BadInput(f"--timeout {request.time_limit_s:g}: give the job's time limit in seconds, more than 0")
+        raise BadInput(f"--time-limit {request.time_limit_s:g}: give the job's time limit in seconds, more than 0")
     if request.max_restarts < 0:
         raise BadInput(f"--max-restarts {request.max_restarts}: give how often a failed job starts again, 0 or more")
     if request.min_np is not None and not (request.max_restarts or request.elastic):
@@ -107,6 +105,7 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
                            f"not {workload}")
         if request.container is not None:
             raise BadInput("--elastic does not work with --docker yet")
+    request = _elastic_restarts(request, launcher)
     if request.min_np is not None and not 1 <= request.min_np <= np:
         raise BadInput(f"--min-np {request.min_np}: give a number of ranks from 1 to --np {np}")
     if request.max_restarts and request.container is not None:
@@ -149,11 +148,31 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
         network_interface=network_interface,
         data_dir=data_dir if needs_data else None, resume=resume,
         elastic_min_np=(request.min_np or np) if request.elastic else None,
-        elastic_restarts=(request.max_restarts or DEFAULT_ELASTIC_RESTARTS) if request.elastic else 0,
         data_digest=content_digest(data_dir) if needs_data and data_dir is not None else None,
         jobs_kept=jobs_kept(cluster.settings.get(JOBS_KEPT_VAR)),
         nodes_share_cpus=cluster.nodes_share_cpus, slurm=scheduler == SLURM,
     )
+
+
+def _elastic_restarts(request: JobRequest, launcher: str) -> JobRequest:
+    """--max-restarts is pycli's restarts and --elastic-restarts torchrun's agents' ones. For one release
+    (NEXT_RELEASE), --max-restarts with --elastic under torchrun still means the agents', with a notice."""
+    agents = request.elastic and launcher == "torchrun"
+    if request.elastic_restarts is not None:
+        if not agents:
+            raise BadInput("--elastic-restarts is how often torchrun's agents start the ranks again under --elastic; "
+                           f"this job runs under {launcher}{'' if request.elastic else ' without --elastic'}: "
+                           "pycli's own restarts are --max-restarts")
+        if request.elastic_restarts < 0:
+            raise BadInput(f"--elastic-restarts {request.elastic_restarts}: give how often the agents start the ranks "
+                           "again, 0 or more")
+    if agents and request.max_restarts:
+        if request.elastic_restarts is not None:
+            raise BadInput("--max-restarts with --elastic under torchrun: its agents restart the ranks "
+                           "(--elastic-restarts) and pycli does not start the job again on top; leave out --max-restarts")
+        notice(renamed_line("train --max-restarts with --elastic under torchrun", "--elastic-restarts (its agents' restarts)"))
+        return replace(request, max_restarts=0, elastic_restarts=request.max_restarts)
+    return request
 
 
 def _run_playbook(inventory: Path, playbook: Path, run_dir: Path, extravars: dict, limit: str, what: str,

@@ -176,3 +176,21 @@ def test_cache_commands_refuse_bad_input_in_one_line(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_cache_export_writes_what_o_names_and_takes_the_old_argument_for_one_release(tmp_path, monkeypatch, capsys):
+    from pycli.cli.app import main
+
+    monkeypatch.setenv("PYCLI_CACHE", str(tmp_path / "online"))
+    fill(tmp_path / "online")
+    assert main(["cache", "export", "-o", str(tmp_path / "new.tar")]) == 0
+    assert cache.import_cache(tmp_path / "new.tar", tmp_path / "offline") == 4
+    assert capsys.readouterr().err == ""
+    assert main(["cache", "export", str(tmp_path / "old.tar")]) == 0  # as typed before -o
+    assert (tmp_path / "old.tar").is_file()
+    assert capsys.readouterr().err == ("pycli: cache export FILE is now cache export -o FILE; the old name goes after "
+                                       "release 0.3.0 (CHANGELOG.md)\n")
+    assert main(["cache", "export"]) == 2
+    assert capsys.readouterr().err == "pycli: error: cache export: give the tar file to write with -o FILE\n"
+    assert main(["cache", "export", "a.tar", "-o", "b.tar"]) == 2
+    assert "two tar files given, a.tar and -o b.tar; give one, with -o FILE" in capsys.readouterr().err

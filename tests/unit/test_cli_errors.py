@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from pycli.cli.app import main
+from pycli.core.errors import BadInput
 
 
 @pytest.mark.parametrize(
@@ -126,7 +127,10 @@ def test_an_inventory_first_among_train_s_and_bench_s_arguments(tmp_path, monkey
     assert leading_inventory(["cluster.ini", "synthetic", "--epochs", "2"]) == (Path("cluster.ini"), ["synthetic", "--epochs", "2"])
     assert leading_inventory(["mnist", "--epochs", "2"], ["mnist"]) == (None, ["mnist", "--epochs", "2"])
     assert leading_inventory(["train.py"]) == (None, ["train.py"])
-    assert leading_inventory(["missing.ini"]) == (None, ["missing.ini"])
+    with pytest.raises(BadInput, match=r"^missing.ini: no such inventory; the first argument is an inventory"):
+        leading_inventory(["missing.ini"])  # named like no workload: the inventory, whether it exists or not
+    with pytest.raises(BadInput, match=r"^mnsit: no such inventory; the first argument is a workload \(mnist, ddp or"):
+        leading_inventory(["mnsit", "--epochs", "2"], ["mnist", "ddp"])
     assert leading_inventory(["--epochs", "cluster.ini"]) == (None, ["--epochs", "cluster.ini"])
     assert leading_inventory([]) == (None, [])
 

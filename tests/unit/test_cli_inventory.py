@@ -33,15 +33,15 @@ def ok(capsys, *args: str) -> str:
 
 def test_new_from_hosts_writes_a_commented_inventory_ansible_reads(capsys, tmp_path):
     output = tmp_path / "cluster.ini"
-    out = ok(capsys, "inventory", "new", "-o", output, "--hosts", "gpu1,admin@gpu2:2222,gpu3", "--slots", "4", "--user", "train", "--launcher-host", "gpu3")
+    out = ok(capsys, "inventory", "new", "-o", output, "--hosts", "gpu1,admin@gpu2:8,gpu3", "--slots", "4", "--user", "train", "--launcher-host", "gpu3")
     assert f"wrote {output} (3 hosts)" in out
     text = output.read_text()
-    assert text.startswith("# Cluster inventory written by 'pycli inventory new' from --hosts gpu1,admin@gpu2:2222,gpu3.")
-    assert "[nodes]\ngpu1\ngpu2 ansible_port=2222 ansible_user=admin\ngpu3\n" in text
+    assert text.startswith("# Cluster inventory written by 'pycli inventory new' from --hosts gpu1,admin@gpu2:8,gpu3.")
+    assert "[nodes]\ngpu1\ngpu2 ansible_user=admin slots=8\ngpu3\n" in text
     assert "[launcher]\ngpu3\n" in text
     assert "[nodes:vars]" in text and "\nslots=4\n" in text and "\nansible_user=train\n" in text
     assert load_cluster(output) == Cluster(
-        hosts=(Host("gpu1", "gpu1", 22, "train", 4), Host("gpu2", "gpu2", 2222, "admin", 4), Host("gpu3", "gpu3", 22, "train", 4)),
+        hosts=(Host("gpu1", "gpu1", 22, "train", 4), Host("gpu2", "gpu2", 22, "admin", 8), Host("gpu3", "gpu3", 22, "train", 4)),
         launcher="gpu3",
     )
 
@@ -234,9 +234,11 @@ CLI_ERRORS: dict[str, tuple[list[str], str]] = {
     "new: no output": (["inventory", "new", "--hosts", "a"], "Missing option '--output'"),
     "new: exists": (["inventory", "new", "-o", "{tmp}/existing.ini", "--hosts", "a"], "already exists; pass --force"),
     "new: duplicate host": ([*NEW, "--hosts", "a,b,a"], "host 'a' is listed twice"),
-    "new: same address and port": ([*NEW, "--hosts", "a:22,a:22"], "host 'a' is listed twice"),
+    "new: a host twice with slots": ([*NEW, "--hosts", "a:2,a:4"], "host 'a' is listed twice"),
     "new: bad name": ([*NEW, "--hosts", "gpu_1"], "'gpu_1' is not a valid host name"),
-    "new: bad port": ([*NEW, "--hosts", "a:99999"], "the SSH port must be a number from 1 to 65535"),
+    "new: an old host:PORT": ([*NEW, "--hosts", "a:2222"], "2222 slots? host:N is the host's slots (as horovodrun -H); "
+                              "its SSH port is --port"),
+    "new: bad port": ([*NEW, "--hosts", "a", "--port", "99999"], "Invalid value for '--port'"),
     "new: launcher not a node": ([*NEW, "--hosts", "a,b", "--launcher-host", "c"], "launcher 'c' is not in group 'nodes'"),
     "new: slots zero": ([*NEW, "--hosts", "a", "--slots", "0"], "Invalid value for '--slots'"),
     "new: missing key": ([*NEW, "--hosts", "a", "--key", "{tmp}/nokey"], "no such file"),

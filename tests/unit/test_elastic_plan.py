@@ -102,7 +102,7 @@ def test_elastic_options_that_cannot_work_are_one_line(kw, message):
 
 
 def test_elastic_torchrun_meets_by_c10d_on_the_first_node_and_its_agents_restart():
-    job = plan(cluster(slots=(2, 2, 2)), np=6, workload="ddp", elastic=True, min_np=3, max_restarts=2)
+    job = plan(cluster(slots=(2, 2, 2)), np=6, workload="ddp", elastic=True, min_np=3, elastic_restarts=2)
     assert job.restarts_by_agents
     argv = torchrun_argv(job, 1)
     option = lambda name: argv[argv.index(name) + 1]  # noqa: E731
@@ -115,7 +115,8 @@ def test_elastic_torchrun_meets_by_c10d_on_the_first_node_and_its_agents_restart
     lines = launch_commands(job)
     assert len(lines) == 3 and all("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in line for _, line in lines)  # one agent per node
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in launch_commands(plan(np=4, workload="ddp"))[0][1]
-    assert plan(np=4, workload="ddp", elastic=True).elastic_restarts == 3  # the default without --max-restarts
+    assert plan(np=4, workload="ddp", elastic=True).elastic_restarts == 3  # the default without --elastic-restarts
+    assert plan(np=4, workload="ddp", elastic=True, elastic_restarts=0).elastic_restarts == 0
     assert not plan(np=4, workload="ddp", max_restarts=1).restarts_by_agents
 
 
@@ -125,3 +126,26 @@ def test_elastic_torchrun_meets_by_c10d_on_the_first_node_and_its_agents_restart
 def test_elastic_torchrun_counts_the_nodes_that_hold_min_np_whichever_are_left(slots, min_np, nodes):
     hosts = cluster(slots=slots).hosts
     assert elastic_min_nodes(hosts, min_np) == nodes
+
+
+def test_max_restarts_is_pycli_s_and_elastic_restarts_torchrun_s(capsys):
+    """One meaning per flag: --max-restarts is pycli's restarts, --elastic-restarts the agents'."""
+    horovod = plan(np=4, elastic=True, max_restarts=2)  # horovodrun --elastic: pycli restarts it on top
+    assert horovod.request.max_restarts == 2 and horovod.elastic_restarts == 0 and not horovod.restarts_by_agents
+    with pytest.raises(BadInput, match=r"^--elastic-restarts is how often torchrun's agents .* runs under horovod: "):
+        plan(np=4, elastic=True, elastic_restarts=2)
+    with pytest.raises(BadInput, match=r"this job runs under torchrun without --elastic: pycli's own restarts are --max-restarts$"):
+        plan(np=4, workload="ddp", elastic_restarts=2)
+    with pytest.raises(BadInput, match=r"^--elastic-restarts -1: give how often"):
+        plan(np=4, workload="ddp", elastic=True, elastic_restarts=-1)
+    with pytest.raises(BadInput, match=r"pycli does not start the job again on top; leave out --max-restarts$"):
+        plan(np=4, workload="ddp", elastic=True, elastic_restarts=1, max_restarts=1)
+    assert capsys.readouterr().err == ""
+
+
+def test_max_restarts_with_elastic_torchrun_still_means_the_agents_for_one_release(capsys):
+    job = plan(np=4, workload="ddp", elastic=True, max_restarts=2)
+    assert job.elastic_restarts == 2 and job.request.max_restarts == 0 and job.restarts_by_agents
+    err = capsys.readouterr().err
+    assert err == ("pycli: train --max-restarts with --elastic under torchrun is now --elastic-restarts (its agents' "
+                   "restarts); the old name goes after release 0.3.0 (CHANGELOG.md)\n")

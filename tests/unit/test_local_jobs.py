@@ -143,11 +143,11 @@ def test_ctrl_c_ends_every_rank_on_the_local_host(local, digits):
 def test_the_timeout_stops_the_job_on_the_local_host(local, digits):
     inventory, work = local
     started = time.monotonic()
-    code, output = _run(inventory, "ddp", "--np", "2", "--data-dir", str(digits), "--timeout", "6", "--",
+    code, output = _run(inventory, "ddp", "--np", "2", "--data-dir", str(digits), "--time-limit", "6", "--",
                         "--epochs", "50", *WORK)
     assert code == 1, output[-3000:]
-    assert "pycli: the job passed its --timeout of 6 s; stopping it on every node" in output
-    assert "its --timeout of 6 s passed" in output and "epoch=50 " not in output
+    assert "pycli: the job passed its --time-limit of 6 s; stopping it on every node" in output
+    assert "its --time-limit of 6 s passed" in output and "epoch=50 " not in output
     assert time.monotonic() - started < 60 and _left(work) == ""
 
 

@@ -38,8 +38,8 @@ def test_a_host_whose_ssh_fails_stopped_answering(monkeypatch):
 
 def test_the_time_limit_stops_the_job_on_every_node(monkeypatch):
     ended, said, took = _run(monkeypatch, {"node1": "exec sleep 60", "node2": "exec sleep 60"}, time_limit_s=1)
-    assert ended == job_processes.JobExit(EXIT_FAILED, "its --timeout of 1 s passed", timed_out=True)
-    assert "pycli: the job passed its --timeout of 1 s; stopping it on every node" in said
+    assert ended == job_processes.JobExit(EXIT_FAILED, "its --time-limit of 1 s passed", timed_out=True)
+    assert "pycli: the job passed its --time-limit of 1 s; stopping it on every node" in said
     assert took < 20
 
 
@@ -61,7 +61,7 @@ def test_a_job_that_ends_well_says_nothing(monkeypatch):
 def test_a_time_limit_must_be_positive(limit):
     from tests.unit.test_train_plan import plan
 
-    with pytest.raises(BadInput, match="--timeout"):
+    with pytest.raises(BadInput, match="--time-limit"):
         plan(time_limit_s=limit)
 
 
