@@ -279,13 +279,13 @@ def _ini_lines_set_twice(inventory: Any, as_given: _AsGiven) -> list[Located]:
         for name, value in variables.items():
             first, last = Origin.get_tag(name), Origin.get_tag(value)
             # YAML origins carry a column; a key and its value may sit on different lines there.
-            if first and last and first.col_num is None and last.col_num is None and first.path == last.path:
-                if first.line_num != last.line_num:
-                    yield Located(
-                        f"{as_given(first.path)}:{last.line_num}",
-                        f"{owner} sets {name} again (first on line {first.line_num}); "
-                        "Ansible silently keeps this last one; list each host once",
-                    )
+            if (first and last and first.col_num is None and last.col_num is None and first.path == last.path
+                    and first.line_num != last.line_num):
+                yield Located(
+                    f"{as_given(first.path)}:{last.line_num}",
+                    f"{owner} sets {name} again (first on line {first.line_num}); "
+                    "Ansible silently keeps this last one; list each host once",
+                )
 
     problems: list[Located] = []
     for host in inventory.hosts.values():

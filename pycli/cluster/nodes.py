@@ -15,6 +15,7 @@ close, and a job's processes on it are a process group of their own (`RemoteProc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -195,10 +196,8 @@ def _end(host: Host, proc: subprocess.Popen) -> None:
 
 def signal_group(pid: int, signum: int) -> None:
     """`signum` to every process of the group `pid` leads (the leader may have ended already)."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone
         os.killpg(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass  # the group is gone
 
 
 def _ssh_all(commands: Sequence[tuple[Host, str]], timeout_s: float, shared: bool,

@@ -332,10 +332,8 @@ def _remove(client: docker.DockerClient, name: str, inventory: Path | None, secr
         list(pool.map(lambda container: container.remove(force=True, v=True), containers))
     removed = [container.name for container in containers]
     for net in client.networks.list(filters={"label": f"{LABEL_CLUSTER}={name}"}):
-        try:
+        with contextlib.suppress(NotFound, APIError):
             net.remove()
-        except (NotFound, APIError):
-            pass
     text = _read_if_there(inventory) if inventory else None
     if inventory and text and INVENTORY_MARKER in text and inventory_owner(text) == name:
         inventory.unlink()
