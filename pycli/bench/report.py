@@ -92,7 +92,7 @@ def _same_or_each(nodes: Sequence[Mapping], value: Callable[[Mapping], str]) -> 
     values = [value(node) or "not installed" for node in nodes]
     if len(set(values)) == 1:
         return values[0]
-    return "DIFFERS: " + "; ".join(f"{node['host']}: {text}" for node, text in zip(nodes, values))
+    return "DIFFERS: " + "; ".join(f"{node['host']}: {text}" for node, text in zip(nodes, values, strict=True))
 
 
 def _nic(node: Mapping) -> str:
