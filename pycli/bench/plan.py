@@ -19,7 +19,7 @@ from pycli.cluster.node_facts import NodeFacts
 from pycli.core.errors import BadInput
 from pycli.core.sizes import parse_size
 from pycli.jobs.launch import ALLREDUCE_SCRIPT, LAUNCHERS
-from pycli.jobs.train import JobRequest
+from pycli.jobs.request import JobRequest
 
 BENCH_BACKENDS = ("mpi", "gloo", "nccl")
 BENCH_WORKLOADS = ("synthetic", "mnist")
