@@ -74,8 +74,10 @@ def variables_table(options: Mapping[str, Mapping[str, object]], defaults: Mappi
         spec = spec or {}
         if name in defaults:
             default = code_cell(default_text(defaults[name]))
+        elif spec.get("required"):
+            default = "required"
         else:
-            default = "required" if spec.get("required") else "unset"
+            default = "unset"
         rows.append(f"| {code_cell(name)} | {default} | {table_cell(description_text(spec))} |")
     return "\n".join(rows) + "\n"
 

@@ -162,7 +162,7 @@ def main() -> None:
             allreduce_sum_(comm, buffer, name)
             sync()
             times.append(time.perf_counter() - began)
-        slowest = [max(per_rank) for per_rank in zip(*allgather_floats(comm, times, f"{name}.times"))]
+        slowest = [max(per_rank) for per_rank in zip(*allgather_floats(comm, times, f"{name}.times"), strict=True)]
         record = {"workload": "allreduce", "comm": args.comm, "backend": path, "device": device.type,
                   "ranks": comm.size, "hosts": hosts, "dtype": "float32", "iters": args.iters, "correct": True,
                   **size_record(size, comm.size, slowest)}

@@ -159,7 +159,7 @@ class Training:
         model.train()
         step_times, loss_sum, seen = [], 0.0, 0
         epoch_start = time.perf_counter()
-        for step, (x, y) in zip(range(self.steps_per_epoch), self.loader):
+        for step, (x, y) in zip(range(self.steps_per_epoch), self.loader, strict=False):
             began = time.perf_counter()
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             with autocast(device, args.amp):

@@ -19,7 +19,7 @@ from pycli.cluster.node_facts import NodeFacts
 from pycli.core.errors import BadInput
 from pycli.core.sizes import parse_size
 from pycli.jobs.launch import ALLREDUCE_SCRIPT, LAUNCHERS
-from pycli.jobs.train import JobRequest
+from pycli.jobs.request import JobRequest
 
 BENCH_BACKENDS = ("mpi", "gloo", "nccl")
 BENCH_WORKLOADS = ("synthetic", "mnist")
@@ -277,10 +277,7 @@ def training_job(cell: Cell, workload: str, workload_args: Sequence[str], env: S
 
 def allreduce_job(cell: Cell, sizes: str, iters: int, env: Sequence[str] = ()) -> JobRequest:
     """The job of one allreduce microbenchmark."""
-    if cell.launcher == "torchrun":
-        args = ["--comm", "torch", "--backend", cell.backend]
-    else:
-        args = ["--comm", "horovod"]
+    args = ["--comm", "torch", "--backend", cell.backend] if cell.launcher == "torchrun" else ["--comm", "horovod"]
     if cell.device == "cpu":
         args.append("--cpu")
     args += ["--sizes", sizes, "--iters", str(iters), "--metrics", "metrics.jsonl"]

@@ -15,9 +15,15 @@ import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from pycli.core.json_documents import RESULTS
 from pycli.core.sizes import human_size
+
+if TYPE_CHECKING:  # matplotlib is imported where a plot is drawn (_pyplot)
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 CELL_COLUMNS = (
     "launcher", "backend", "device", "scope", "servers", "processes_per_server", "processes", "status", "reason",
@@ -57,7 +63,7 @@ def format_value(value: float | None, ci95: float | None = None) -> str:
 # --- CSV and JSON --------------------------------------------------------------------------
 
 
-def _csv(path: Path, columns: Sequence[str], rows: Iterable[Mapping]) -> Path:
+def _csv(path: Path, columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> Path:
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(columns), extrasaction="ignore")
         writer.writeheader()
@@ -66,11 +72,11 @@ def _csv(path: Path, columns: Sequence[str], rows: Iterable[Mapping]) -> Path:
     return path
 
 
-def run_rows(document: Mapping) -> list[dict]:
+def run_rows(document: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [run for cell in document["cells"] for run in cell.get("repeats", [])]
 
 
-def allreduce_rows(document: Mapping) -> list[dict]:
+def allreduce_rows(document: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for entry in document["allreduce"]:
         common = {key: entry.get(key) for key in ALLREDUCE_COLUMNS if key in entry}
@@ -87,15 +93,15 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def _same_or_each(nodes: Sequence[Mapping], value: Callable[[Mapping], str]) -> str:
+def _same_or_each(nodes: Sequence[Mapping[str, Any]], value: Callable[[Mapping[str, Any]], str]) -> str:
     """One value when every node agrees, else each node's (so a difference shows)."""
     values = [value(node) or "not installed" for node in nodes]
     if len(set(values)) == 1:
         return values[0]
-    return "DIFFERS: " + "; ".join(f"{node['host']}: {text}" for node, text in zip(nodes, values))
+    return "DIFFERS: " + "; ".join(f"{node['host']}: {text}" for node, text in zip(nodes, values, strict=True))
 
 
-def _nic(node: Mapping) -> str:
+def _nic(node: Mapping[str, Any]) -> str:
     parts = [node.get("nic_interface") or "?"]
     if node.get("nic_driver"):
         parts.append(f"driver {node['nic_driver']}")
@@ -106,7 +112,7 @@ def _nic(node: Mapping) -> str:
     return ", ".join(parts)
 
 
-def _gpus(node: Mapping) -> str:
+def _gpus(node: Mapping[str, Any]) -> str:
     if node.get("gpus"):
         names = sorted(set(node["gpus"]))
         return f"{len(node['gpus'])}x {', '.join(names)}"
@@ -116,7 +122,7 @@ def _gpus(node: Mapping) -> str:
     return "none"
 
 
-def _gpu_link(node: Mapping) -> str:
+def _gpu_link(node: Mapping[str, Any]) -> str:
     if not node.get("gpus"):
         return "none"
     return f"NVLink ({node['nvlink_links']} links up)" if node.get("nvlink_links") else "PCIe (no NVLink up)"
@@ -128,7 +134,7 @@ def _with_torch(own: str, torch_built: str) -> str:
     return f"{own or 'not installed'}; torch built with {torch_built}" if torch_built else own
 
 
-def environment_rows(nodes: Sequence[Mapping]) -> list[tuple[str, str]]:
+def environment_rows(nodes: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
     """The environment table: one column per node, every row read from the nodes."""
     rows = [
         ("Servers", f"{len(nodes)} ({', '.join(node['host'] for node in nodes)})"),
@@ -157,7 +163,7 @@ SCALING_HEADER = (
 )
 
 
-def scaling_rows(cells: Iterable[Mapping], scope: str) -> list[list[str]]:
+def scaling_rows(cells: Iterable[Mapping[str, Any]], scope: str) -> list[list[str]]:
     rows = []
     for cell in cells:
         # The 1-process run is the baseline of both tables.
@@ -176,7 +182,7 @@ def scaling_rows(cells: Iterable[Mapping], scope: str) -> list[list[str]]:
     return rows
 
 
-def allreduce_section(document: Mapping) -> str:
+def allreduce_section(document: Mapping[str, Any]) -> str:
     measured = [entry for entry in document["allreduce"] if entry["sizes"]]
     tcp = document.get("tcp")
     lines = ["## Allreduce bandwidth", ""]
@@ -220,7 +226,7 @@ def allreduce_section(document: Mapping) -> str:
     return "\n".join(lines)
 
 
-def skipped_lines(document: Mapping) -> list[str]:
+def skipped_lines(document: Mapping[str, Any]) -> list[str]:
     """One line per reason a backend and launcher were skipped, naming the placements (servers x processes)."""
     groups: dict[tuple[str, str, str, str], list[str]] = {}
     for kind, entries in (("", document["cells"]), ("allreduce microbenchmark: ", document["allreduce"])):
@@ -232,7 +238,7 @@ def skipped_lines(document: Mapping) -> list[str]:
             for (kind, backend, launcher, reason), places in groups.items()]
 
 
-def render_markdown(document: Mapping, plots: Sequence[str]) -> str:
+def render_markdown(document: Mapping[str, Any], plots: Sequence[str]) -> str:
     unit = document["throughput_unit"]
     header = [column.format(unit=unit) for column in SCALING_HEADER]
     cells = document["cells"]
@@ -271,10 +277,10 @@ def render_markdown(document: Mapping, plots: Sequence[str]) -> str:
 # --- plots ---------------------------------------------------------------------------------
 
 
-def scaling_series(cells: Iterable[Mapping]) -> dict[str, list[Mapping]]:
+def scaling_series(cells: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
     """Measured cells per line of the plot: launcher, backend and scope; the 1-process run starts both scopes."""
     measured = [cell for cell in cells if cell["status"] != "skipped" and cell.get("throughput") is not None]
-    series: dict[str, list[Mapping]] = {}
+    series: dict[str, list[Mapping[str, Any]]] = {}
     for cell in measured:
         scopes = ("within one server", "across servers") if cell["processes"] == 1 else (cell["scope"],)
         for scope in scopes:
@@ -282,7 +288,7 @@ def scaling_series(cells: Iterable[Mapping]) -> dict[str, list[Mapping]]:
     return {label: sorted(points, key=lambda c: c["processes"]) for label, points in series.items() if len(points) > 0}
 
 
-def _pyplot():
+def _pyplot() -> ModuleType:
     import matplotlib
 
     matplotlib.use("Agg")  # files only, never a window
@@ -291,7 +297,7 @@ def _pyplot():
     return plt
 
 
-def _save(plt, figure, axes, path: Path) -> None:
+def _save(plt: ModuleType, figure: Figure, axes: Axes, path: Path) -> None:
     """The finish every plot shares: grid, legend, tight layout, a PNG, the figure closed."""
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize="small")
@@ -300,7 +306,7 @@ def _save(plt, figure, axes, path: Path) -> None:
     plt.close(figure)
 
 
-def plot_scaling(document: Mapping, throughput_path: Path, efficiency_path: Path) -> list[Path]:
+def plot_scaling(document: Mapping[str, Any], throughput_path: Path, efficiency_path: Path) -> list[Path]:
     series = scaling_series(document["cells"])
     if not series:
         return []
@@ -342,7 +348,7 @@ def plot_scaling(document: Mapping, throughput_path: Path, efficiency_path: Path
     return [throughput_path, efficiency_path]
 
 
-def plot_allreduce(document: Mapping, path: Path) -> list[Path]:
+def plot_allreduce(document: Mapping[str, Any], path: Path) -> list[Path]:
     measured = [entry for entry in document["allreduce"] if entry["sizes"]]
     if not measured:
         return []
@@ -370,7 +376,7 @@ def plot_allreduce(document: Mapping, path: Path) -> list[Path]:
 # --- all files -----------------------------------------------------------------------------
 
 
-def write_report(document: Mapping, run_dir: Path) -> list[Path]:
+def write_report(document: Mapping[str, Any], run_dir: Path) -> list[Path]:
     """Every file of the report into run_dir; returns their paths, report.md first."""
     run_dir.mkdir(parents=True, exist_ok=True)
     plots = plot_scaling(document, run_dir / "throughput.png", run_dir / "efficiency.png")

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from pycli.bench.plan import BenchRequest, Cell, Skipped, request_command
 from pycli.bench.stats import CellRun, CellSummary, Estimate
@@ -17,19 +18,19 @@ from pycli.cluster.node_facts import NodeFacts
 from pycli.core.json_documents import RESULTS, versioned
 
 
-def _estimate_fields(prefix: str, value: Estimate | None, scale: float = 1.0) -> dict:
+def _estimate_fields(prefix: str, value: Estimate | None, scale: float = 1.0) -> dict[str, Any]:
     if value is None:
         return {prefix: None, f"{prefix}_ci95": None}
     return {prefix: value.mean * scale, f"{prefix}_ci95": None if value.ci95 is None else value.ci95 * scale}
 
 
-def _cell_fields(cell: Cell) -> dict:
+def _cell_fields(cell: Cell) -> dict[str, Any]:
     return {"launcher": cell.launcher, "backend": cell.backend, "device": cell.device,
             "servers": cell.placement.servers, "processes_per_server": cell.placement.per_server,
             "processes": cell.placement.processes, "scope": cell.placement.scope}
 
 
-def cell_document(summary: CellSummary) -> dict:
+def cell_document(summary: CellSummary) -> dict[str, Any]:
     spread = summary.throughput.spread_from if summary.throughput else "none"
     return {
         **_cell_fields(summary.cell), "status": summary.status, "reason": "",
@@ -45,7 +46,7 @@ def cell_document(summary: CellSummary) -> dict:
     }
 
 
-def run_document(run: CellRun) -> dict:
+def run_document(run: CellRun) -> dict[str, Any]:
     m = run.measurement
     return {
         **_cell_fields(run.cell), "repeat": run.repeat, "exit_code": run.exit_code, "seconds": round(run.seconds, 1),
@@ -55,11 +56,11 @@ def run_document(run: CellRun) -> dict:
     }
 
 
-def skipped_document(skip: Skipped) -> dict:
+def skipped_document(skip: Skipped) -> dict[str, Any]:
     return {**_cell_fields(skip.cell), "status": "skipped", "reason": skip.reason, "runs": 0, "runs_ok": 0}
 
 
-def facts_document(facts: NodeFacts) -> dict:
+def facts_document(facts: NodeFacts) -> dict[str, Any]:
     data = asdict(facts)
     build = facts.horovod_build
     data["horovod_build"] = build.describe() if build else ""
@@ -71,11 +72,11 @@ class AllreduceRun:
     cell: Cell
     exit_code: int
     run_dir: Path
-    records: list[dict] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
 
 
-def allreduce_document(run: AllreduceRun) -> dict:
+def allreduce_document(run: AllreduceRun) -> dict[str, Any]:
     status = "ok" if run.exit_code == 0 and run.records else "failed"
     return {**_cell_fields(run.cell), "status": status, "reason": run.error, "run_dir": str(run.run_dir),
             "sizes": run.records}
@@ -85,7 +86,7 @@ def results_document(
     *, inventory: Path, request: BenchRequest, run_dir: Path, started: datetime, seconds: float, interrupted: bool,
     nodes: Sequence[NodeFacts], summaries: Sequence[CellSummary], skipped: Sequence[Skipped],
     allreduce_runs: Sequence[AllreduceRun], allreduce_skipped: Sequence[Skipped], tcp: TcpLink | None,
-) -> dict:
+) -> dict[str, Any]:
     """Everything the bench found, as plain data: results.json, and what pycli.bench.report renders."""
     return versioned(RESULTS, {
         "command": request_command(inventory, request),

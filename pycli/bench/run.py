@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from pycli.bench.plan import (
     BenchRequest,
@@ -39,10 +40,10 @@ from pycli.cluster.node_facts import gather_node_facts
 from pycli.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from pycli.core.sizes import human_size
 from pycli.jobs.log import run_logged_job
-from pycli.jobs.train import JobRequest
+from pycli.jobs.request import JobRequest
 
 
-def _run_job(cluster: Cluster, job: JobRequest, run_dir: Path) -> tuple[int, tuple[dict, ...], str]:
+def _run_job(cluster: Cluster, job: JobRequest, run_dir: Path) -> tuple[int, tuple[dict[str, Any], ...], str]:
     """One job with its output in run_dir/output.log: (exit code, metrics records, error)."""
     done = run_logged_job(cluster, job, run_dir)
     if done.refused or done.code == 0:

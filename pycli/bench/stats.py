@@ -7,6 +7,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pycli.bench.plan import Cell, Placement
 
@@ -26,7 +27,7 @@ class Measurement:
     val_accuracy: float | None
 
 
-def measurement_from_records(workload: str, records: Sequence[Mapping]) -> Measurement | None:
+def measurement_from_records(workload: str, records: Sequence[Mapping[str, Any]]) -> Measurement | None:
     """The run's figures from its metrics records; None when the records hold none."""
     if not records:
         return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import TypeAlias
 
 import typer
 from typer._click import exceptions as click_errors  # typer vendors click since 0.20
@@ -57,7 +58,11 @@ def _root(
     pass
 
 
-def _subcommands(command: object) -> dict[str, dict]:
+# A command's subcommands: each one's name -> its own subcommands (a leaf: {}).
+Subcommands: TypeAlias = "dict[str, Subcommands]"
+
+
+def _subcommands(command: object) -> Subcommands:
     """Each subcommand's name -> its own subcommands (a leaf: {})."""
     if not isinstance(command, TyperGroup):
         return {}

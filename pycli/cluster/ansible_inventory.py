@@ -8,7 +8,7 @@ turns what it reads into the cluster model.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,11 +102,12 @@ def _inventory_vars(
     from ansible.vars.plugins import get_vars_from_inventory_sources
 
     def from_plugins(entities: list[Any]) -> dict[str, Any]:
-        # group_vars/ and host_vars/ next to the inventory, as at task time
-        return get_vars_from_inventory_sources(loader, sources, entities, "task")
+        # group_vars/ and host_vars/ next to the inventory, as at task time (Ansible's functions are untyped)
+        variables: dict[str, Any] = get_vars_from_inventory_sources(loader, sources, entities, "task")
+        return variables
 
     all_group = inventory.groups["all"]
-    levels = {
+    levels: dict[str, Callable[[list[Any]], dict[str, Any]]] = {
         "all_inventory": lambda groups: all_group.get_vars(),
         "groups_inventory": lambda groups: get_group_vars(groups),
         "all_plugins_inventory": lambda groups: from_plugins([all_group]),
@@ -279,13 +280,13 @@ def _ini_lines_set_twice(inventory: Any, as_given: _AsGiven) -> list[Located]:
         for name, value in variables.items():
             first, last = Origin.get_tag(name), Origin.get_tag(value)
             # YAML origins carry a column; a key and its value may sit on different lines there.
-            if first and last and first.col_num is None and last.col_num is None and first.path == last.path:
-                if first.line_num != last.line_num:
-                    yield Located(
-                        f"{as_given(first.path)}:{last.line_num}",
-                        f"{owner} sets {name} again (first on line {first.line_num}); "
-                        "Ansible silently keeps this last one; list each host once",
-                    )
+            if (first and last and first.col_num is None and last.col_num is None and first.path == last.path
+                    and first.line_num != last.line_num):
+                yield Located(
+                    f"{as_given(first.path)}:{last.line_num}",
+                    f"{owner} sets {name} again (first on line {first.line_num}); "
+                    "Ansible silently keeps this last one; list each host once",
+                )
 
     problems: list[Located] = []
     for host in inventory.hosts.values():

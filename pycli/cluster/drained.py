@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pycli.cluster.model import Cluster, Drained
@@ -119,7 +119,7 @@ def _known(cluster: Cluster, nodes: Sequence[str]) -> None:
 
 def stamp(now: datetime | None = None) -> str:
     """A drained entry's time: UTC, ISO 8601 to the second."""
-    return (now or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _put(entries: list[Drained], node: str, reason: str, since: str) -> Drained:

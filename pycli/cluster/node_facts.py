@@ -176,8 +176,10 @@ def node_facts_from_json(data: Mapping[str, object]) -> NodeFacts:
     smi_rc, gpus, driver, smi_error = parse_nvidia_smi(probe.get("nvidia_smi", ""))
 
     def number(value: object) -> int | None:
+        if not isinstance(value, str | int | float):  # what JSON holds besides text and numbers is no number
+            return None
         try:
-            return int(value)  # type: ignore[call-overload]
+            return int(value)
         except (TypeError, ValueError):
             return None
 

@@ -15,6 +15,7 @@ close, and a job's processes on it are a process group of their own (`RemoteProc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -24,7 +25,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from pycli.cluster import runner
 from pycli.cluster.model import Cluster, Host
@@ -177,7 +178,7 @@ def _through_dead_connection(host: Host, rc: int | None) -> bool:
     return (rc == SSH_FAILED or (rc or 0) < 0) and close_shared_connection(host) and rc == SSH_FAILED
 
 
-def _start(host: Host, argv: list[str], detached: bool = False, **popen) -> subprocess.Popen:
+def _start(host: Host, argv: list[str], detached: bool = False, **popen: Any) -> subprocess.Popen[bytes]:
     """A node command started here. A local host's is a process group of its own, so that ending
     it (_end) ends what it started too: a child that holds the output pipe open would otherwise
     keep the answer back past any timeout. Over ssh, ending ssh ends the remote side.
@@ -185,7 +186,7 @@ def _start(host: Host, argv: list[str], detached: bool = False, **popen) -> subp
     return subprocess.Popen(argv, start_new_session=host.local or detached, **popen)
 
 
-def _end(host: Host, proc: subprocess.Popen) -> None:
+def _end(host: Host, proc: subprocess.Popen[bytes]) -> None:
     """Kill a command _start started (a local host's whole group)."""
     if host.local:
         signal_group(proc.pid, signal.SIGKILL)
@@ -195,18 +196,16 @@ def _end(host: Host, proc: subprocess.Popen) -> None:
 
 def signal_group(pid: int, signum: int) -> None:
     """`signum` to every process of the group `pid` leads (the leader may have ended already)."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone
         os.killpg(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass  # the group is gone
 
 
 def _ssh_all(commands: Sequence[tuple[Host, str]], timeout_s: float, shared: bool,
              stdin: bytes | None) -> dict[str, NodeOutput]:
-    started: dict[str, tuple[Host, subprocess.Popen]] = {}
+    started: dict[str, tuple[Host, subprocess.Popen[bytes]]] = {}
     answers: dict[str, NodeOutput] = {}
 
-    def finish(name: str, host: Host, proc: subprocess.Popen) -> None:
+    def finish(name: str, host: Host, proc: subprocess.Popen[bytes]) -> None:
         try:
             out, err = proc.communicate(stdin, timeout=timeout_s)
             why_not = b""
@@ -236,7 +235,7 @@ def _ssh_all(commands: Sequence[tuple[Host, str]], timeout_s: float, shared: boo
     return {name: answers[name] for name in started}
 
 
-def _leftover_output(host: Host, proc: subprocess.Popen, shared: bool) -> tuple[bytes, bytes]:
+def _leftover_output(host: Host, proc: subprocess.Popen[bytes], shared: bool) -> tuple[bytes, bytes]:
     """What a command killed for its timeout had written. Through a kept connection the output
     pipes are not the killed ssh's alone: it handed them to the connection's master, which keeps
     them open until the node answers or its keepalives run out (a minute for a frozen node).
@@ -292,7 +291,7 @@ def _stream_once(host: Host, command: str, send: Callable[[IO[bytes]], None] | N
             raise
 
 
-def _stream_answer(host: Host, proc: subprocess.Popen, send: Callable[[IO[bytes]], None] | None,
+def _stream_answer(host: Host, proc: subprocess.Popen[bytes], send: Callable[[IO[bytes]], None] | None,
                    receive: Callable[[IO[bytes]], None] | None, timeout_s: float, out: IO[bytes],
                    err: IO[bytes]) -> NodeOutput:
     broken = ""

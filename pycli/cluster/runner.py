@@ -11,6 +11,7 @@ values of the variables that hold credentials in a URL (the folder records them 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -356,20 +357,16 @@ class _Cancel:
                 return False
             self.since = time.monotonic()
             for pid in _ansible_children():
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGINT)
-                except ProcessLookupError:
-                    pass
         return time.monotonic() - self.since > CANCEL_GRACE_S
 
     def sweep(self) -> None:
         if self.since is None:
             return
         for pid in _marked(self.mark):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def run(

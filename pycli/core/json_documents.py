@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pycli.core.errors import BadInput
 
@@ -39,12 +40,12 @@ JOBS = DocumentKind("jobs.json", 1)
 TOP = DocumentKind("top.json", 1)
 
 
-def versioned(kind: DocumentKind, document: Mapping) -> dict:
+def versioned(kind: DocumentKind, document: Mapping[str, Any]) -> dict[str, Any]:
     """`document` with its layout's version as its first key."""
     return {VERSION_KEY: kind.version, **{key: value for key, value in document.items() if key != VERSION_KEY}}
 
 
-def require_known_version(kind: DocumentKind, document: Mapping, path: Path) -> None:
+def require_known_version(kind: DocumentKind, document: Mapping[str, Any], path: Path) -> None:
     """Nothing when `document` (read from the file `path`) has a layout this pycli reads; else
     one BadInput line naming the run folder it is in."""
     where = f"{kind.file_name} at {path.parent}"
@@ -55,7 +56,7 @@ def require_known_version(kind: DocumentKind, document: Mapping, path: Path) -> 
         raise BadInput(f"{where} has version {found!r}; this pycli reads version {kind.version}")
 
 
-def load_json_object(path: Path) -> dict:
+def load_json_object(path: Path) -> dict[str, Any]:
     """The JSON object in `path`; OSError when it cannot be read, ValueError when it is no JSON object."""
     document = json.loads(path.read_text())
     if not isinstance(document, dict):
@@ -63,7 +64,7 @@ def load_json_object(path: Path) -> dict:
     return document
 
 
-def read_document(kind: DocumentKind, path: Path) -> dict:
+def read_document(kind: DocumentKind, path: Path) -> dict[str, Any]:
     """A document pycli wrote, checked to be of a version this pycli reads (BadInput if not)."""
     document = load_json_object(path)
     require_known_version(kind, document, path)

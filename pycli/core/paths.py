@@ -7,6 +7,7 @@ import os
 import tempfile
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pycli_node
 from pycli.core.errors import PycliError
@@ -29,7 +30,7 @@ def project_path(*parts: str) -> Path:
 
 
 @functools.cache
-def role_defaults(role: str) -> dict:
+def role_defaults(role: str) -> dict[str, Any]:
     """The variables of a role's defaults/main.yml, read once: the home of every value the roles
     and pycli share (the nodes' venv and work folder), so Python never writes them again."""
     import yaml

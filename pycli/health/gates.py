@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from pycli.cluster.model import INTERFACE_VAR, Cluster, Host
 from pycli.cluster.node_facts import NodeFacts, gather_node_facts
@@ -25,7 +26,7 @@ from pycli.core.sizes import human_size, parse_size
 from pycli.health.options import CheckOptions
 from pycli.jobs.launch import ALLREDUCE_SCRIPT, mpirun_argv
 from pycli.jobs.log import run_logged_job
-from pycli.jobs.train import JobRequest
+from pycli.jobs.request import JobRequest
 
 MPIRUN_TIMEOUT_S = 120
 DOCKER_TIMEOUT_S = 900
@@ -256,7 +257,8 @@ def gate_mpirun(ctx: CheckContext) -> GateResult:
 # Gate 6: a Horovod allreduce across every node: correct, and fast enough.
 
 
-def evaluate_allreduce(records: Sequence[dict], *, ranks: int, nodes: int, size: int, floor_gbps: float) -> GateResult:
+def evaluate_allreduce(records: Sequence[Mapping[str, Any]], *, ranks: int, nodes: int, size: int,
+                       floor_gbps: float) -> GateResult:
     record = next((r for r in records if r.get("workload") == "allreduce" and r.get("bytes") == size), None)
     if record is None:
         return failed("allreduce", f"the allreduce job wrote no result for {human_size(size)}")

@@ -7,12 +7,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 from pycli.cluster.model import Cluster, Drained
 from pycli.core.errors import EXIT_OK, notice
 from pycli.core.json_documents import CHECK, versioned
 from pycli.core.paths import new_run_dir
-from pycli.health.gates import FAIL, GATES, NOT_RUN, PASS, REACHABLE, SKIP, CheckContext, CheckOptions, Gate, GateResult
+from pycli.health.gates import FAIL, GATES, NOT_RUN, PASS, REACHABLE, SKIP, CheckContext, Gate, GateResult
+from pycli.health.options import CheckOptions
 
 
 def run_gates(
@@ -50,7 +52,7 @@ def result_line(index: int, result: GateResult) -> str:
     return line.rstrip()
 
 
-def report_json(inventory: Path, run_dir: Path, results: Sequence[GateResult], drained: Sequence[Drained] = ()) -> dict:
+def report_json(inventory: Path, run_dir: Path, results: Sequence[GateResult], drained: Sequence[Drained] = ()) -> dict[str, Any]:
     failure = next((result.name for result in results if result.status == FAIL), None)
     return versioned(CHECK, {
         "inventory": str(inventory),
@@ -130,4 +132,4 @@ def check(cluster: Cluster, options: CheckOptions, *, as_json: bool = False, wri
               f"{'' if all(r.status == PASS for r in results) else ' (the others do not apply here)'}")
     else:
         write(f"pycli: check failed at gate '{summary['failed_gate']}'; details in {run_dir}")
-    return summary["exit_code"]
+    return exit_code(results)  # the summary's exit_code

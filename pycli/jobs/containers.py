@@ -18,6 +18,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from pycli.cluster.model import Host
 from pycli.core.errors import BadInput
@@ -143,7 +144,8 @@ def exec_line(container: JobContainer, job_id: str, workdir: PurePosixPath, env:
     return "exec " + shlex.join(["docker", "exec", "-it", "-w", str(workdir), *env_args, container.name(job_id), *argv])
 
 
-def playbook_vars(container: JobContainer, job_id: str, job_dir: PurePosixPath, work_dir: PurePosixPath, state: str) -> dict:
+def playbook_vars(container: JobContainer, job_id: str, job_dir: PurePosixPath, work_dir: PurePosixPath,
+                  state: str) -> dict[str, Any]:
     return {
         "pycli_container_state": state,
         "pycli_container_name": container.name(job_id),

@@ -120,4 +120,5 @@ def _manifest_matches(folder: Path, manifest: Path) -> bool:
 
 def read_idx_header(data: bytes) -> tuple[int, ...]:
     """The shape an IDX file declares; ValueError when `data` is no unsigned-byte IDX file."""
-    return _idx.idx_header(data)[0]
+    shape: tuple[int, ...] = _idx.idx_header(data)[0]  # wl_idx is loaded from its file: untyped here
+    return shape

@@ -10,10 +10,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pycli.cluster.model import Cluster
 from pycli.core.errors import PycliError
-from pycli.jobs.train import JobRequest, run_job
+from pycli.jobs.request import JobRequest
+from pycli.jobs.train import run_job
 
 _ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception): ")
 # Horovod's Gloo rendezvous giving up: some rank never reached it, which its own words do not say.
@@ -39,7 +41,7 @@ class LoggedJob:
     """How a logged job ended: its exit code, its metrics records, where its output is."""
 
     code: int
-    records: tuple[dict, ...]
+    records: tuple[dict[str, Any], ...]
     log: Path
     refused: str = ""  # why pycli did not start it (bad input, an unreachable node), else ""
 

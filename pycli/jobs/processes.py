@@ -57,7 +57,7 @@ def run_processes(plan: JobPlan, write: Callable[[str], None] = print, time_limi
         for proc in processes:
             proc.interrupt()
 
-    def on_sigint(*_) -> None:
+    def on_sigint(*_: object) -> None:
         if user_interrupt.is_set():
             for proc in processes:
                 proc.kill()

@@ -8,6 +8,7 @@ first failure it sees.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 from collections.abc import Sequence
@@ -104,7 +105,5 @@ class RankExitReader:
             self._torch[match[1]] = match[2]
             if {"host", "rank", "exitcode"} <= self._torch.keys():
                 fields, self._torch = self._torch, None
-                try:
+                with contextlib.suppress(ValueError):
                     self._found(int(fields["rank"]), int(fields["exitcode"]), fields["host"])
-                except ValueError:
-                    pass

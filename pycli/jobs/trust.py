@@ -38,9 +38,8 @@ def probe_line(hosts: Sequence[Host]) -> str:
     tries = " ".join(
         f"probe {shlex.quote(host.name)} {host.port} {shlex.quote(host.address)} &" for host in hosts)
     return (
-        "probe() { err=$(ssh -o BatchMode=yes -o ConnectTimeout=%d -p \"$2\" \"$3\" true 2>&1 </dev/null >/dev/null) "
-        "|| echo \"%s $1 $(printf '%%s\\n' \"$err\" | tail -n 1)\"; }; %s wait; true"
-        % (PROBE_CONNECT_TIMEOUT_S, UNTRUSTED, tries)
+        f"probe() {{ err=$(ssh -o BatchMode=yes -o ConnectTimeout={PROBE_CONNECT_TIMEOUT_S:d} -p \"$2\" \"$3\" true 2>&1 "
+        f"</dev/null >/dev/null) || echo \"{UNTRUSTED} $1 $(printf '%s\\n' \"$err\" | tail -n 1)\"; }}; {tries} wait; true"
     )
 
 

@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import tarfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,7 +189,7 @@ def up(
     image: ImageSpec = ImageSpec(),
     inventory: Path | None = None,
     opt_in: Sequence[str] = (),
-    say=print,
+    say: Callable[[str], None] = print,
 ) -> Path:
     """Start the cluster (or find it already up) and return the path of its inventory."""
     validate_name(name)
@@ -203,7 +203,7 @@ def up(
 
 
 def _up(name: str, count: int, slots: int, asked_subnet: ipaddress.IPv4Network | None, image: ImageSpec,
-        inventory: Path, opt_in: Sequence[str], say) -> Path:
+        inventory: Path, opt_in: Sequence[str], say: Callable[[str], None]) -> Path:
     from pycli.local import dockerapi
 
     client = dockerapi.connect()
@@ -251,7 +251,8 @@ def _up(name: str, count: int, slots: int, asked_subnet: ipaddress.IPv4Network |
         raise
 
 
-def _create(client, plan: ClusterPlan, tag: str, secrets: Path, inventory: Path, image: ImageSpec, say) -> Path:
+def _create(client: docker.DockerClient, plan: ClusterPlan, tag: str, secrets: Path, inventory: Path, image: ImageSpec,
+            say: Callable[[str], None]) -> Path:
     import docker
 
     started = time.monotonic()
@@ -332,10 +333,8 @@ def _remove(client: docker.DockerClient, name: str, inventory: Path | None, secr
         list(pool.map(lambda container: container.remove(force=True, v=True), containers))
     removed = [container.name for container in containers]
     for net in client.networks.list(filters={"label": f"{LABEL_CLUSTER}={name}"}):
-        try:
+        with contextlib.suppress(NotFound, APIError):
             net.remove()
-        except (NotFound, APIError):
-            pass
     text = _read_if_there(inventory) if inventory else None
     if inventory and text and INVENTORY_MARKER in text and inventory_owner(text) == name:
         inventory.unlink()
@@ -345,7 +344,7 @@ def _remove(client: docker.DockerClient, name: str, inventory: Path | None, secr
     return removed
 
 
-def down(name: str, *, say=print) -> None:
+def down(name: str, *, say: Callable[[str], None] = print) -> None:
     validate_name(name)
     from pycli.local import dockerapi
 

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -104,7 +105,7 @@ def image_exists(client: docker.DockerClient, spec: ImageSpec) -> bool:
     return True
 
 
-def ensure_image(client: docker.DockerClient, spec: ImageSpec, *, say=print) -> str:
+def ensure_image(client: docker.DockerClient, spec: ImageSpec, *, say: Callable[[str], None] = print) -> str:
     """Return the image tag for `spec`, building the image first when it is not there."""
     spec.validate()
     if image_exists(client, spec):
@@ -122,7 +123,7 @@ def ensure_image(client: docker.DockerClient, spec: ImageSpec, *, say=print) -> 
         return _build(client, spec, say)
 
 
-def _build(client: docker.DockerClient, spec: ImageSpec, say) -> str:
+def _build(client: docker.DockerClient, spec: ImageSpec, say: Callable[[str], None]) -> str:
     started = time.monotonic()
     work = cache_dir() / "images" / f"build-{spec.key()}"
     rootfs = work / "rootfs"

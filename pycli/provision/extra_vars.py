@@ -42,7 +42,8 @@ def _yaml_mapping(text: str, label: str, what: str) -> dict[str, object]:
     if not isinstance(loaded, dict):
         raise BadInput(f"{label}: {what} must hold a mapping of variables")
     try:  # YAML dates become the text they were written as; what JSON cannot hold is refused
-        return json.loads(json.dumps(loaded, default=_json_value))
+        variables: dict[str, object] = json.loads(json.dumps(loaded, default=_json_value))  # a dict dumped loads as one
+        return variables
     except (TypeError, ValueError) as exc:
         raise BadInput(f"{label}: {exc}") from None
 

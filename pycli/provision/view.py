@@ -8,8 +8,9 @@ from its runner: the run hands each event to `RunDisplay.on_event` and knows not
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import TracebackType
 
 from rich.console import Console
 from rich.live import Live
@@ -46,7 +47,7 @@ SUMMARY_SLOWEST = 3
 class ProvisionView:
     """Per-host state of a playbook run, folded from ansible-runner events."""
 
-    def __init__(self, hosts: Sequence[str], clock=time.monotonic, end_task: str | None = None) -> None:
+    def __init__(self, hosts: Sequence[str], clock: Callable[[], float] = time.monotonic, end_task: str | None = None) -> None:
         self.clock = clock
         self.hosts: dict[str, HostView] = {name: HostView() for name in hosts}
         self.play = ""
@@ -182,9 +183,10 @@ class RunDisplay:
             self._live.__enter__()
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
         if self._live is not None:
-            self._live.__exit__(*exc_info)
+            self._live.__exit__(exc_type, exc, traceback)
             self._live = None
 
     def on_event(self, event: Mapping[str, object]) -> None:

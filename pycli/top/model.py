@@ -110,7 +110,7 @@ class NodeView:
             return 1
         return 0
 
-    def sort_key(self) -> tuple:
+    def sort_key(self) -> tuple[int, float, float, str]:
         hottest = max((gpu.temp_c or 0.0 for gpu in self.sample.gpus), default=0.0)
         return (-self.severity, -hottest, -(self.sample.cpu_pct or 0.0), self.name)
 
