@@ -319,7 +319,7 @@ def cluster_table(cluster: Cluster) -> str:
     def line(cells: Sequence[str]) -> str:
         padded = (
             cell.rjust(width) if column in right_aligned else cell.ljust(width)
-            for column, (cell, width) in enumerate(zip(cells, widths))
+            for column, (cell, width) in enumerate(zip(cells, widths, strict=True))
         )
         return "  ".join(padded).rstrip()
 

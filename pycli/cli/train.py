@@ -83,7 +83,8 @@ def train_cmd(
     from pycli.core.errors import BadInput, notice
     from pycli.jobs.containers import parse_job_container
     from pycli.jobs.launch import check_controller
-    from pycli.jobs.train import WORKLOADS, JobRequest, run_job
+    from pycli.jobs.request import JobRequest
+    from pycli.jobs.train import WORKLOADS, run_job
 
     if workload is not None and workload.startswith("-"):  # `train --np 8 -- --epochs 1`: no workload named
         script_args = [workload, *(script_args or [])]

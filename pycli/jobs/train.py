@@ -5,7 +5,7 @@ the command lines come from pycli.jobs.launch); staging, containers and collecti
 go through playbooks and the one runner adapter; the job itself runs over OpenSSH
 (pycli.cluster.nodes) with the inventory's own connection settings, its output streamed line by line.
 `run_job` does all of it: `pycli train`, the allreduce gate of `pycli check` and every run of
-`pycli bench` call it, each with a `JobRequest` (pycli/jobs/request.py; importable from here too).
+`pycli bench` call it, each with a `JobRequest` (pycli/jobs/request.py).
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from pycli.cluster import runner
 from pycli.cluster.hostfiles import fill_slots, render_hostfile
 from pycli.cluster.model import INTERFACE_VAR, JOBS_KEPT_VAR, Cluster, interface_problem
 from pycli.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, BadInput, PycliError, Unreachable, notice, renamed_line, warn
-from pycli.core.paths import PROJECT_ROOT, cache_dir, new_run_dir
+from pycli.core.paths import PROJECT_ROOT, WORKLOADS_DIR, cache_dir, new_run_dir
 from pycli.jobs import containers, slurm
 from pycli.jobs import files as job_files
 from pycli.jobs import slurm_queue as slurm_jobs
@@ -32,7 +33,6 @@ from pycli.jobs.files import content_digest, jobs_kept
 from pycli.jobs.launch import (
     LAUNCHERS,
     METRICS_FILE,
-    WORKLOADS_DIR,
     JobPlan,
     NodeLayout,
     check_controller,
@@ -111,10 +111,9 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
     if request.max_restarts and request.container is not None:
         raise BadInput("--max-restarts does not work with --docker yet: restart the job with --resume")
     scheduler = choose_scheduler(request.scheduler, cluster.has_slurm)
-    if scheduler == SLURM:
-        if request.container is not None:
-            raise BadInput("--docker does not work through Slurm yet; add --scheduler ssh to start the job "
-                           "over SSH (outside the queue)")
+    if scheduler == SLURM and request.container is not None:
+        raise BadInput("--docker does not work through Slurm yet; add --scheduler ssh to start the job "
+                       "over SSH (outside the queue)")
     if request.threads_per_rank is not None and request.threads_per_rank < 1:
         raise BadInput(f"--threads-per-rank {request.threads_per_rank}: give the CPU threads of each rank, 1 or more")
     for setting in request.env:
@@ -175,7 +174,7 @@ def _elastic_restarts(request: JobRequest, launcher: str) -> JobRequest:
     return request
 
 
-def _run_playbook(inventory: Path, playbook: Path, run_dir: Path, extravars: dict, limit: str, what: str,
+def _run_playbook(inventory: Path, playbook: Path, run_dir: Path, extravars: Mapping[str, object], limit: str, what: str,
                   on_event: Callable[[Mapping[str, object]], None] | None = None) -> None:
     request = runner.RunRequest(inventory=inventory, playbook=playbook, extravars=extravars, limit=limit)
     result = runner.run(request, run_dir, on_event=on_event)
@@ -237,7 +236,7 @@ def workload_needs_data(workload: str) -> bool:
     return workload in WORKLOADS and WORKLOADS[workload][2]
 
 
-def read_metrics(results: Path) -> list[dict]:
+def read_metrics(results: Path) -> list[dict[str, Any]]:
     """The job's metrics records (rank 0's metrics.jsonl), oldest first."""
     metrics = results / METRICS_FILE
     if not metrics.exists():
@@ -259,7 +258,7 @@ def read_metrics(results: Path) -> list[dict]:
     return records
 
 
-def summary_line(records: Sequence[dict]) -> str | None:
+def summary_line(records: Sequence[Mapping[str, Any]]) -> str | None:
     """The last metrics record of the job, as one line."""
     if not records:
         return None
@@ -273,7 +272,7 @@ class TrainOutcome:
     code: int  # the design's exit code: 0 ok, 1 the job failed, 130 interrupted
     run_dir: Path
     results: Path
-    records: tuple[dict, ...]
+    records: tuple[dict[str, Any], ...]
     plan: JobPlan
 
 

@@ -95,7 +95,7 @@ class NodeGpuHealth:
     notes: list[str] = field(default_factory=list)
     unread: list[str] = field(default_factory=list)  # what the probe could not read: unknown, not healthy
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, object]:
         return {"gpus": len(self.gpus), "problems": self.problems, "notes": self.notes, "unread": self.unread,
                 "xids": [{"device": x.device, "code": x.code, "count": x.count, "detail": x.detail} for x in self.xids],
                 "dcgm": None if self.diag is None else {

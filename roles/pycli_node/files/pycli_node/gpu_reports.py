@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 # The driver's Xid codes that mean the hardware, not the program, went wrong (NVIDIA's Xid
 # catalogue); any other Xid (13, 31, 43: a program's fault) is shown but passes.
@@ -43,11 +44,11 @@ _KEY_VALUE = re.compile(r"^(?P<key>\S.*?)\s+:\s?(?P<value>.*)$")
 _BUS_ID = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])$")
 
 
-def parse_smi_tree(text: str) -> dict:
+def parse_smi_tree(text: str) -> dict[str, Any]:
     """`nvidia-smi -q` as nested dicts: a line without " : " opens a section holding the lines
     indented under it; a value that is a section's only content (`Remapped Rows : N/A`) stays a string."""
-    root: dict = {}
-    stack: list[tuple[int, dict]] = [(-1, root)]
+    root: dict[str, Any] = {}
+    stack: list[tuple[int, dict[str, Any]]] = [(-1, root)]
     for line in text.replace("\r\n", "\n").split("\n"):
         stripped = line.strip()
         if not stripped or stripped.startswith("====="):
@@ -59,7 +60,7 @@ def parse_smi_tree(text: str) -> dict:
         if match := _KEY_VALUE.match(stripped):
             parent[match["key"]] = match["value"].strip()
         else:
-            section: dict = {}
+            section: dict[str, Any] = {}
             parent[stripped] = section
             stack.append((indent, section))
     return root
@@ -146,7 +147,7 @@ def _yes(section: object, key: str) -> bool:
     return isinstance(section, dict) and str(section.get(key, "")).strip().lower() == "yes"
 
 
-def gpu_state(index: int, bus_id: str, block: Mapping) -> GpuState:
+def gpu_state(index: int, bus_id: str, block: Mapping[str, Any]) -> GpuState:
     errors = block.get("ECC Errors") or {}
     volatile = _ecc_counts(errors.get("Volatile") if isinstance(errors, dict) else None)
     aggregate = _ecc_counts(errors.get("Aggregate") if isinstance(errors, dict) else None)
@@ -265,7 +266,7 @@ def _warning_text(item: object) -> str:
     return str(item)
 
 
-def _entity(result: Mapping) -> str:
+def _entity(result: Mapping[str, Any]) -> str:
     if "entity_id" in result:
         group = result.get("entity_group", "GPU")
         return str(result["entity_id"]) if group == "GPU" else f"{group} {result['entity_id']}"

@@ -37,9 +37,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from pycli_node.gpu_probe import evaluate_node, health_command, split_sections
+
+# How the gate runs a command on the node: (command, timeout in s) -> (exit code, output).
+Run = Callable[[str, float], tuple[int, str]]
 
 # The reasons this gate gives Slurm start so; `health` resumes only nodes drained with them.
 HEALTH_PREFIX = "pycli health: "
@@ -53,7 +56,7 @@ KILL_WAIT_S = 10
 MAPPING_LOCK = ".pycli-lock"
 
 
-def gpu_problems(run: Callable[[str, float], tuple[int, str]], node: str,
+def gpu_problems(run: Run, node: str,
                  probe_timeout_s: float) -> tuple[list[str], list[str]]:
     """(problems, notes) of the GPU probe, given probe_timeout_s seconds; none on a node without
     nvidia-smi."""
@@ -78,7 +81,7 @@ def disk_problems(paths: Sequence[str], min_free_gib: float) -> list[str]:
     return problems
 
 
-def munge_problems(run: Callable[[str, float], tuple[int, str]]) -> list[str]:
+def munge_problems(run: Run) -> list[str]:
     rc, out = run("munge -n | unmunge", 10)
     if rc == 0:
         return []
@@ -92,7 +95,7 @@ def reason(prefix: str, problems: Sequence[str]) -> str:
     return text if len(text) <= MAX_REASON else text[:MAX_REASON - 3].rstrip() + "..."
 
 
-def node_reason(run: Callable[[str, float], tuple[int, str]], node: str) -> tuple[bool, str]:
+def node_reason(run: Run, node: str) -> tuple[bool, str]:
     """(drained, its reason) as slurmctld has the node now."""
     rc, out = run(f"scontrol show node -o {node}", 15)
     if rc != 0:
@@ -112,7 +115,7 @@ def shell(command: str, timeout_s: float) -> tuple[int, str]:
     return done.returncode, done.stdout.decode(errors="replace")
 
 
-def set_state(run: Callable[[str, float], tuple[int, str]], node: str, state: str, why: str = "") -> None:
+def set_state(run: Run, node: str, state: str, why: str = "") -> None:
     words = ["scontrol", "update", f"nodename={node}", f"state={state}"]
     if why:
         words.append(f"reason={why}")
@@ -125,7 +128,7 @@ def _quote(word: str) -> str:
     return "'" + word.replace("'", "'\"'\"'") + "'"
 
 
-def health(node: str, paths: Sequence[str], min_free_gib: float, *, probe_timeout_s: float, run=shell) -> int:
+def health(node: str, paths: Sequence[str], min_free_gib: float, *, probe_timeout_s: float, run: Run = shell) -> int:
     problems, notes = gpu_problems(run, node, probe_timeout_s)
     problems += disk_problems(paths, min_free_gib) + munge_problems(run)
     drained, said = node_reason(run, node)
@@ -148,7 +151,7 @@ def health(node: str, paths: Sequence[str], min_free_gib: float, *, probe_timeou
     return 0
 
 
-def prolog(node: str, *, probe_timeout_s: float, run=shell, job_id: str = "", mapping_dir: str = "",
+def prolog(node: str, *, probe_timeout_s: float, run: Run = shell, job_id: str = "", mapping_dir: str = "",
            environ: Mapping[str, str] = os.environ) -> int:
     problems, _ = gpu_problems(run, node, probe_timeout_s)
     if not problems:
@@ -198,17 +201,15 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def epilog(node: str, job_id: str, run=shell, wait_s: float = KILL_WAIT_S, mapping_dir: str = "") -> int:
+def epilog(node: str, job_id: str, run: Run = shell, wait_s: float = KILL_WAIT_S, mapping_dir: str = "") -> int:
     if mapping_dir:
         forget_job(mapping_dir, job_id)
     spare = _ancestors()
     left = job_processes(job_id, spare)
     for signum in (signal.SIGTERM, signal.SIGKILL):
         for pid in left:
-            try:
+            with suppress(ProcessLookupError):
                 os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
         deadline = time.monotonic() + wait_s
         while (left := [pid for pid in left if _alive(pid)]) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -269,10 +270,8 @@ def _write_jobs(directory: str, gpu: str, jobs: Sequence[str]) -> None:
     a temporary file renamed over the old one, never a half-written file."""
     path = os.path.join(directory, gpu)
     if not jobs:
-        try:
+        with suppress(FileNotFoundError):
             os.unlink(path)
-        except FileNotFoundError:
-            pass
         return
     temporary = os.path.join(directory, f".{gpu}.{os.getpid()}.tmp")
     try:
