@@ -38,6 +38,16 @@ def role_defaults(role: str) -> dict:
     return defaults if isinstance(defaults, dict) else {}
 
 
+@functools.cache
+def role_vars(role: str) -> dict:
+    """The variables of a role's vars/main.yml, read once: the home of the rules and places pycli
+    must know as the role does, which an inventory cannot change (the role's vars outrank it)."""
+    import yaml
+
+    found = yaml.safe_load(project_path("roles", role, "vars", "main.yml").read_text())
+    return found if isinstance(found, dict) else {}
+
+
 def cache_dir() -> Path:
     """Downloads, wheelhouse and built artifacts, keyed by version and flags ($PYCLI_CACHE)."""
     return Path(os.environ.get("PYCLI_CACHE") or Path.home() / ".cache" / "pycli")

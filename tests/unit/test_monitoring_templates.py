@@ -112,6 +112,22 @@ def test_the_daemons_listen_on_the_cluster_s_interface_where_the_inventory_names
     assert "--web.listen-address=10.10.0.3:9100 " in exporter
 
 
+@pytest.mark.parametrize("url", [
+    "https://alerts.example.com/hooks/gpu-cluster", "http://10.0.0.9:9095", "https://alerts.example.com/",
+    # The three the role's preflight took and pycli refused while each had a pattern of its own.
+    "https://alerts.example.com?token=abc", "https://alerts.example.com#x", "https://?token=abc",
+    "hooks.example.com/alerts", "ftp://x/y", "https://alerts.example.com/a b", "https:///path",
+])
+def test_the_preflight_takes_exactly_the_webhook_urls_pycli_takes(url):
+    from pycli.cluster.model import webhook_problem
+
+    [check] = [task for task in yaml.safe_load((ROLE / "tasks" / "preflight.yml").read_text())
+               if "monitoring_alert_webhook_url" in str(task.get("ansible.builtin.assert", {}).get("that", ""))]
+    [rule] = [line for line in check["ansible.builtin.assert"]["that"] if "monitoring_alert_webhook_url" in line]
+    taken = _expand("{{ (" + rule + ") | string }}", monitoring_alert_webhook_url=url)
+    assert taken == str(webhook_problem(url) is None)
+
+
 def test_alertmanager_answers_on_the_monitoring_host_alone():
     """Its API silences alerts: no job on another node reaches it; Prometheus beside it does."""
     assert '--web.listen-address=127.0.0.1:9093 ' in _render("alertmanager.default.j2")
