@@ -128,6 +128,57 @@ def test_the_preflight_takes_exactly_the_webhook_urls_pycli_takes(url):
     assert taken == str(webhook_problem(url) is None)
 
 
+def _prometheus_fact(**extra) -> str:
+    """What the role records on the monitoring host for pycli top, as server.yml writes it."""
+    [task] = [task for task in yaml.safe_load((ROLE / "tasks" / "server.yml").read_text())
+              if task.get("ansible.builtin.copy", {}).get("dest") == "{{ __monitoring_fact_file }}"]
+    return _expand(task["ansible.builtin.copy"]["content"], **extra)
+
+
+def test_pycli_top_asks_prometheus_where_the_role_recorded_it_listens(tmp_path, monkeypatch):
+    import http.server
+    import threading
+
+    from pycli.top import prometheus
+
+    class Prometheus(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"data": {"result": []}}).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Prometheus)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        fact = tmp_path / "monitoring.fact"
+        fact.write_text(_prometheus_fact(monitoring_listen_address="127.0.0.1", monitoring_prometheus_port=port))
+        daemon_args = _render("prometheus.default.j2", monitoring_listen_address="127.0.0.1", monitoring_prometheus_port=port)
+        assert f"--web.listen-address=127.0.0.1:{port} " in daemon_args
+        monkeypatch.setattr(prometheus, "role_vars", lambda role: {prometheus.FACT_FILE_VAR: str(fact)})
+        out = subprocess.run(["sh", "-c", prometheus.query_command()], capture_output=True, text=True, timeout=60).stdout
+    finally:
+        server.shutdown()
+    assert json.loads(out)["address"] == f"127.0.0.1:{port}"
+    assert prometheus.parse_answers(out, ["gpu1"])["gpu1"].why.startswith("Prometheus does not scrape it")
+
+
+def test_pycli_top_without_the_roles_record_says_so_in_one_line(tmp_path, monkeypatch):
+    from pycli.top import prometheus
+
+    missing = tmp_path / "monitoring.fact"
+    monkeypatch.setattr(prometheus, "role_vars", lambda role: {prometheus.FACT_FILE_VAR: str(missing)})
+    out = subprocess.run(["sh", "-c", prometheus.query_command()], capture_output=True, text=True, timeout=60).stdout
+    with pytest.raises(prometheus.PrometheusUnavailable) as raised:
+        prometheus.parse_answers(out, ["gpu1"])
+    assert str(raised.value).startswith(f"{missing} is missing or unreadable (")
+    assert str(raised.value).endswith("): provision the cluster again") and "\n" not in str(raised.value)
+
+
 def test_alertmanager_answers_on_the_monitoring_host_alone():
     """Its API silences alerts: no job on another node reaches it; Prometheus beside it does."""
     assert '--web.listen-address=127.0.0.1:9093 ' in _render("alertmanager.default.j2")
