@@ -31,11 +31,13 @@ def _render(template: str, host: str = "gpu1", hostvars: dict | None = None, **e
 def _expand(text: str, host: str = "gpu1", hostvars: dict | None = None, **extra) -> str:
     """`text` templated with the role's variables as on `host`."""
     from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import add_all_plugin_dirs
     from ansible.template import Templar, trust_as_template
 
     def trusted(values: dict) -> dict:
         return {k: trust_as_template(v) if isinstance(v, str) else v for k, v in values.items()}
 
+    add_all_plugin_dirs(str(ROLE.parent / "cluster_address"))  # this role's dependency, for its filter
     hostvars = hostvars or _cluster()
     variables = {
         # Role pycli_node is this role's dependency: its defaults are the play's too.
@@ -60,7 +62,6 @@ def _cluster() -> dict:
         facts: dict = {"ansible_host": "192.168.1.3"}
         if address:
             facts["ansible_facts"] = {"default_ipv4": {"address": address}}
-            facts["_monitoring_address"] = address  # facts.yml's record of this run
         if runs is not None:
             facts["_monitoring_dcgm_exporter"] = runs
         return facts
@@ -103,13 +104,18 @@ def test_a_node_this_run_did_not_reach_keeps_its_cluster_address_not_its_invento
 
 def test_the_daemons_listen_on_the_cluster_s_interface_where_the_inventory_names_one():
     """Not the default route's address, which is a public one on many servers."""
-    node = {"ansible_host": "192.168.1.3", "ansible_facts": {
-        "default_ipv4": {"address": "203.0.113.7"}, "ib_0": {"ipv4": {"address": "10.10.0.3"}}}}
-    assert _expand("{{ __monitoring_listen }}", "n1", {"n1": node}, pycli_network_interface="ib-0") == "10.10.0.3"
-    assert _expand("{{ __monitoring_listen }}", "n1", {"n1": node}) == "203.0.113.7"  # none named: the default route's
-    assert _expand("{{ __monitoring_interface_ipv4 }}", "n1", {"n1": node}, pycli_network_interface="eth9") == ""
-    exporter = _render("node-exporter.default.j2", "n1", {"n1": node}, pycli_network_interface="ib-0")
+    def node(interface: str | None = None) -> dict:  # the inventory's setting is in the node's variables
+        found = {"ansible_host": "192.168.1.3", "ansible_facts": {
+            "default_ipv4": {"address": "203.0.113.7"}, "ib_0": {"ipv4": {"address": "10.10.0.3"}}}}
+        return {**found, "pycli_network_interface": interface} if interface else found
+
+    assert _expand("{{ __monitoring_listen }}", "n1", {"n1": node("ib-0")}) == "10.10.0.3"
+    assert _expand("{{ __monitoring_listen }}", "n1", {"n1": node()}) == "203.0.113.7"  # none named: the default route's
+    assert _expand("{{ __monitoring_interface_ipv4 }}", "n1", {"n1": node("eth9")}) == ""
+    exporter = _render("node-exporter.default.j2", "n1", {"n1": node("ib-0")})
     assert "--web.listen-address=10.10.0.3:9100 " in exporter
+    targets = json.loads(_render("targets.json.j2", "n1", {"n1": node("ib-0")}, _port=9100))
+    assert targets[0]["targets"] == ["10.10.0.3:9100"]  # where the exporter listens, not the default route's
 
 
 @pytest.mark.parametrize("url", [
