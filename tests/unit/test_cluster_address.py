@@ -55,7 +55,7 @@ def test_etc_hosts_and_the_package_cache_give_a_node_the_address_the_rule_gives(
 def test_no_role_picks_a_node_s_address_from_its_facts_by_itself():
     # The facts' default route address is read in the filter alone (slurm's preflight may check it is there).
     pattern = re.compile(r"\['default_ipv4'\]\['address'\](?! is defined)")
-    sources = [p for p in [*ROLES.glob("*/*/*.yml"), *ROLES.glob("*/templates/*.j2"), *(ROLES.parent / "playbooks").glob("*.yml")]]
+    sources = [*ROLES.glob("*/*/*.yml"), *ROLES.glob("*/templates/*.j2"), *(ROLES.parent / "playbooks").glob("*.yml")]
     assert len(sources) > 50
     assert [str(p.relative_to(ROLES.parent)) for p in sources if pattern.search(p.read_text())] == []
 
