@@ -61,6 +61,6 @@ def test_no_role_picks_a_node_s_address_from_its_facts_by_itself():
 
 
 def test_every_role_that_writes_an_address_depends_on_the_rule_s_role():
-    for role in ("common", "package_cache", "slurm", "monitoring"):
+    for role in ("common", "package_cache", "slurm", "monitoring", "ssh_trust"):
         dependencies = yaml.safe_load((ROLES / role / "meta" / "main.yml").read_text())["dependencies"]
         assert {"role": "cluster_address"} in dependencies, role
