@@ -38,7 +38,7 @@ demo: host venv
 # rather than on a second cluster of their own. The molecule scenarios test the rest.
 # CI proves the cold path: under CI=true every run starts from an empty, temporary cache and
 # state folder, so it downloads and builds Open MPI and Horovod once (both folders go when the
-# run ends). Locally the warm cache (~/.cache/pycli) stays the default.
+# run ends). Locally the warm cache (pycli's own, pycli.core.paths) stays the default.
 # Every part of `make test` adds rows to one timings folder (tests/timings.py): a row per test
 # (wall, CPU of this machine's processes, the setup a test is the first to need), one per lint
 # tool and molecule scenario. The run ends with the largest entries, even when a part failed.
@@ -84,7 +84,7 @@ test-steps:
 	unit=$$(cat $(TIMINGS)/unit.rc 2>/dev/null || echo 1); niced=$$(cat $(TIMINGS)/niced.rc 2>/dev/null || echo 1); \
 	if [ "$$integration" -ne 0 ] || [ "$$unit" -ne 0 ] || [ "$$niced" -ne 0 ]; then \
 		echo "make test: FAILED (integration exit $$integration; unit exit $$unit; molecule and lint exit $$niced)"; exit 1; fi
-	@echo "make test: all green (cache $${PYCLI_CACHE:-~/.cache/pycli}, timings $(TIMINGS))"
+	@echo "make test: all green (cache $$($(BIN)/python -m pycli.core.paths PYCLI_CACHE), timings $(TIMINGS))"
 
 host:
 	bash scripts/host-prereqs.sh
@@ -120,10 +120,11 @@ integration: venv
 # its playbook (converge, idempotence, check) cost about 40 % less CPU than with `linear`.
 ANSIBLE_STRATEGY_ENV = $(BIN)/python -c 'from pycli.cluster.runner import strategy_env; print(" ".join(f"{k}={v}" for k, v in strategy_env().items()))'
 
+# The controller folders the roles use are pycli's (pycli.core.paths), as under `pycli provision`.
 molecule: venv
-	@strategy="$$($(ANSIBLE_STRATEGY_ENV))" || exit 1; \
+	@strategy="$$($(ANSIBLE_STRATEGY_ENV))" && folders="$$($(BIN)/python -m pycli.core.paths)" || exit 1; \
 	for scenario in default gpu_fixture gpu_adopt; do \
-		env $$strategy $(call TIMED,molecule,$$scenario) $(BIN)/molecule test -s $$scenario || exit 1; \
+		env $$strategy $$folders $(call TIMED,molecule,$$scenario) $(BIN)/molecule test -s $$scenario || exit 1; \
 	done
 
 down: venv

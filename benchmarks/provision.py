@@ -88,7 +88,9 @@ def main() -> int:
     finally:
         cluster_down(args.name, env)
 
-    print(f"\nprovisioning 2 fresh local nodes (logs in {logs}; cache {env.get('PYCLI_CACHE', '~/.cache/pycli')})")
+    from pycli.core.paths import CACHE_ENV, cache_dir
+
+    print(f"\nprovisioning 2 fresh local nodes (logs in {logs}; cache {env.get(CACHE_ENV) or cache_dir()})")
     print(f"{'phase':<24}{'seconds':>10}{'changed':>10}  goal")
     for r in results:
         kind = "no-change" if r["phase"].startswith("no-change") else r["phase"]

@@ -41,6 +41,7 @@ from pycli.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from pycli.core.sizes import human_size
 from pycli.jobs.log import run_logged_job
 from pycli.jobs.request import JobRequest
+from pycli.jobs.train import layout_of
 
 
 def _run_job(cluster: Cluster, job: JobRequest, run_dir: Path) -> tuple[int, tuple[dict[str, Any], ...], str]:
@@ -71,7 +72,7 @@ def bench(cluster: Cluster, request: BenchRequest, *, write: Callable[[str], Non
     started = datetime.now()
     began = time.monotonic()
     write(f"pycli: bench on {len(hosts)} servers of {inventory}; run folder {run_dir}")
-    facts = gather_node_facts(cluster, names, run_dir)
+    facts = gather_node_facts(cluster, names, run_dir, layout_of(cluster).venv)
     nodes = [node_capacity(facts[name]) for name in names]
     cells, skipped = plan_matrix(request, nodes)
     allreduce_cells, allreduce_skipped = plan_allreduce(request, nodes)

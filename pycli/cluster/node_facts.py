@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from pycli.cluster import runner
 from pycli.cluster.model import Cluster
@@ -220,13 +220,14 @@ def node_facts_from_json(data: Mapping[str, object]) -> NodeFacts:
     )
 
 
-def gather_node_facts(cluster: Cluster, hosts: Sequence[str], run_dir: Path) -> dict[str, NodeFacts]:
-    """Run playbooks/facts.yml on `hosts` and read back one NodeFacts each."""
+def gather_node_facts(cluster: Cluster, hosts: Sequence[str], run_dir: Path, venv: PurePosixPath) -> dict[str, NodeFacts]:
+    """Run playbooks/facts.yml on `hosts` and read back one NodeFacts each; `venv` is the nodes'
+    shared environment, where the probe asks Python, torch and Horovod."""
     facts_dir = run_dir / "facts"
     facts_dir.mkdir(parents=True, exist_ok=True)
     request = runner.RunRequest(
         inventory=cluster.inventory_path, playbook=FACTS_PLAYBOOK, limit=",".join(hosts),
-        extravars={"pycli_facts_dir": str(facts_dir.resolve())},
+        extravars={"pycli_facts_dir": str(facts_dir.resolve()), "facts_venv": str(venv)},
     )
     result = runner.run(request, run_dir / "facts-run")
     if result.unreachable:

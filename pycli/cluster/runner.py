@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pycli.core.errors import BadInput
-from pycli.core.paths import PROJECT_ROOT
+from pycli.core.paths import PROJECT_ROOT, folders_env
 
 # What Ansible may see of the controller's environment (ansible-runner would pass it all,
 # and write it into the run folder): names, and prefixes ending in "_".
@@ -201,6 +201,8 @@ def runner_env(many_tasks: bool = False) -> dict[str, str]:
         "ANSIBLE_ROLES_PATH": str(PROJECT_ROOT / "roles"),
         "PATH": tools + os.pathsep + os.environ.get("PATH", ""),
         "ANSIBLE_FORCE_COLOR": "0",
+        # The roles' controller folders are pycli's own, whatever the environment said (empty, say).
+        **folders_env(),
         **(strategy_env() if many_tasks else {"ANSIBLE_STRATEGY": LINEAR}),
     }
 

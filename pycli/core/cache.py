@@ -1,6 +1,6 @@
 """The controller cache as a thing of its own: wheelhouse locks, export and import.
 
-The cache (`$PYCLI_CACHE`, default ~/.cache/pycli) holds what the roles install:
+The cache (`$PYCLI_CACHE`, else its default in pycli.core.paths.cache_dir) holds what the roles install:
 `downloads/` (source tarballs, each checked against a pinned sha256), `wheelhouse/<key>/`
 (one per node Python and platform, filled from a lock that pins every wheel by sha256, and
 beside it `<key>.tar`, the same wheels as the one archive nodes get) and

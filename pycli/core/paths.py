@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import tempfile
 from datetime import datetime
 from pathlib import Path
@@ -39,14 +40,36 @@ def role_defaults(role: str) -> dict[str, Any]:
     return defaults if isinstance(defaults, dict) else {}
 
 
+@functools.cache
+def role_vars(role: str) -> dict[str, Any]:
+    """The variables of a role's vars/main.yml, read once: the home of the rules and places pycli
+    must know as the role does, which an inventory cannot change (the role's vars outrank it)."""
+    import yaml
+
+    found = yaml.safe_load(project_path("roles", role, "vars", "main.yml").read_text())
+    return found if isinstance(found, dict) else {}
+
+
+# The controller's folders that the roles use too. Their one home is here: pycli passes both to
+# every Ansible run (folders_env), and the roles run by hand ask this module
+# (`python -m pycli.core.paths PYCLI_CACHE`), so the defaults are never written again.
+CACHE_ENV = "PYCLI_CACHE"
+STATE_ENV = "PYCLI_STATE"
+
+
 def cache_dir() -> Path:
     """Downloads, wheelhouse and built artifacts, keyed by version and flags ($PYCLI_CACHE)."""
-    return Path(os.environ.get("PYCLI_CACHE") or Path.home() / ".cache" / "pycli")
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "pycli")
 
 
 def state_dir() -> Path:
     """Per-cluster secrets and host keys that must outlive a run ($PYCLI_STATE)."""
-    return Path(os.environ.get("PYCLI_STATE") or Path.home() / ".local" / "state" / "pycli")
+    return Path(os.environ.get(STATE_ENV) or Path.home() / ".local" / "state" / "pycli")
+
+
+def folders_env() -> dict[str, str]:
+    """The cache and state folders as the environment variables the roles read."""
+    return {CACHE_ENV: str(cache_dir()), STATE_ENV: str(state_dir())}
 
 
 def ssh_control_dir() -> Path:
@@ -77,3 +100,21 @@ def new_run_dir(command: str) -> Path:
         path = base / f"{stamp}-{command}-{suffix}"
     path.mkdir(mode=0o700)
     return path
+
+
+def main(argv: list[str]) -> int:
+    """`python -m pycli.core.paths [NAME]`: the one folder NAME names (PYCLI_CACHE or PYCLI_STATE),
+    or without NAME both as NAME=folder words, for the roles run by hand and the Makefile."""
+    folders = folders_env()
+    if not argv:
+        print(" ".join(f"{name}={folder}" for name, folder in folders.items()))
+        return 0
+    if len(argv) == 1 and argv[0] in folders:
+        print(folders[argv[0]])
+        return 0
+    print(f"usage: python -m pycli.core.paths [{' | '.join(folders)}]", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -27,6 +27,7 @@ from pycli.health.options import CheckOptions
 from pycli.jobs.launch import ALLREDUCE_SCRIPT, mpirun_argv
 from pycli.jobs.log import run_logged_job
 from pycli.jobs.request import JobRequest
+from pycli.jobs.train import layout_of
 
 MPIRUN_TIMEOUT_S = 120
 DOCKER_TIMEOUT_S = 900
@@ -174,7 +175,7 @@ def evaluate_same_software(names: Sequence[str], facts: Mapping[str, NodeFacts])
 
 
 def gate_same_software(ctx: CheckContext) -> GateResult:
-    ctx.facts = gather_node_facts(ctx.cluster, ctx.names, ctx.step_dir("same_software"))
+    ctx.facts = gather_node_facts(ctx.cluster, ctx.names, ctx.step_dir("same_software"), layout_of(ctx.cluster).venv)
     return evaluate_same_software(ctx.names, ctx.facts)
 
 

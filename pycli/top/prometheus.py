@@ -1,7 +1,7 @@
 """`pycli top` from Prometheus: one SSH round to the monitoring host per refresh, where a small
-Python program asks Prometheus's HTTP API (on the address its ARGS in /etc/default/prometheus
-give: the monitoring role listens on the cluster network only) for every figure at once and
-prints the answers as JSON; here they become NodeSamples.
+Python program asks Prometheus's HTTP API (on the address the monitoring role recorded in its
+local fact: it listens on the cluster network only) for every figure at once and prints the
+answers as JSON; here they become NodeSamples.
 
 Node figures come from node-exporter, GPU figures from dcgm-exporter (its `hpc_job` label is
 the Slurm job holding the GPU); every series carries `node`, the inventory name (the role's
@@ -15,6 +15,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pycli.core.paths import role_vars
 from pycli.top.model import GpuSample, NodeSample
 from pycli_node.gpu_reports import slowdowns_of
 
@@ -42,19 +43,19 @@ QUERIES: Mapping[str, str] = {
 }
 # Seconds each query may take on the monitoring host.
 QUERY_TIMEOUT_S = 4
+# The monitoring role's record of where Prometheus listens, on the monitoring host (its vars name the file).
+FACT_FILE_VAR = "__monitoring_fact_file"
 
 # Runs on the monitoring host with its own python3 (standard library only).
 _PROGRAM = """
-import json, re, sys, urllib.parse, urllib.request
-queries = json.loads(sys.argv[1])
-address = "localhost:9090"
+import json, sys, urllib.parse, urllib.request
+queries, fact = json.loads(sys.argv[1]), sys.argv[2]
 try:
-    text = open("/etc/default/prometheus").read()
-    match = re.search(r"--web\\.listen-address=(\\S+?)[\\"' ]", text + " ")
-    if match:
-        address = match.group(1)
-except OSError:
-    pass
+    with open(fact) as stream:
+        address = str(json.load(stream)["prometheus_address"])
+except (OSError, ValueError, KeyError, TypeError) as exc:
+    print(json.dumps({"error": "%%s is missing or unreadable (%%s): provision the cluster again" %% (fact, exc)}))
+    sys.exit(0)
 host, _, port = address.rpartition(":")
 if host in ("", "0.0.0.0", "[::]"):
     address = "localhost:" + port
@@ -73,7 +74,8 @@ print(json.dumps(answers))
 def query_command() -> str:
     """The shell line that asks Prometheus on its host and prints its answers (one JSON line)."""
     program = _PROGRAM % {"timeout": QUERY_TIMEOUT_S}
-    return f"python3 -c {shlex.quote(program)} {shlex.quote(json.dumps(dict(QUERIES)))}"
+    fact = str(role_vars("monitoring")[FACT_FILE_VAR])
+    return f"python3 -c {shlex.quote(program)} {shlex.quote(json.dumps(dict(QUERIES)))} {shlex.quote(fact)}"
 
 
 class PrometheusUnavailable(Exception):
@@ -112,6 +114,8 @@ def parse_answers(stdout: str, node_names: list[str]) -> dict[str, NodeSample]:
         answers = None
     if not isinstance(answers, dict):
         raise PrometheusUnavailable(f"no answer from the query program: {stdout.strip()[:200] or 'nothing printed'}")
+    if "error" in answers:
+        raise PrometheusUnavailable(str(answers["error"]))
     up = answers.get("up")
     if not isinstance(up, list):
         why = up.get("error") if isinstance(up, dict) else "no answer"

@@ -1,5 +1,6 @@
 """The one place that builds launcher command lines: what every mpirun pycli runs has in common."""
 
+import json
 import os
 import shlex
 import subprocess
@@ -122,26 +123,53 @@ def test_the_node_paths_are_the_common_roles_defaults_unless_the_inventory_sets_
     assert moved.python == "/opt/venv/bin/python" and moved.store == PurePosixPath("/data/pycli/files")
 
 
-def test_the_horovod_role_takes_its_venv_from_the_common_role():
-    from pycli.core.paths import role_defaults
+def _template(text: str, **variables) -> str:
+    """`text` templated by Ansible with the common and horovod roles' defaults and `variables`."""
+    import yaml
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
 
-    assert "common_venv_path" in role_defaults("horovod")["horovod_venv_path"]
+    from pycli.core.paths import PROJECT_ROOT
+
+    defaults = {}
+    for role in ("common", "horovod"):
+        found = yaml.safe_load((PROJECT_ROOT / "roles" / role / "defaults" / "main.yml").read_text())
+        defaults.update({k: trust_as_template(v) if isinstance(v, str) else v for k, v in found.items()})
+    return Templar(loader=DataLoader(), variables={**defaults, **variables}).template(trust_as_template(text))
 
 
-def test_every_fallback_of_the_venv_path_is_the_common_role_s():
-    # Roles and playbooks that may run without the common role's defaults fall back to its
-    # value; this holds those copies to the one home, roles/common/defaults/main.yml.
-    import re
+def _common_task(name: str) -> dict:
+    import yaml
 
+    from pycli.core.paths import PROJECT_ROOT
+
+    tasks = yaml.safe_load((PROJECT_ROOT / "roles" / "common" / "tasks" / "configure.yml").read_text())
+    [task] = [task for task in tasks if task["name"] == name]
+    return task
+
+
+def test_the_horovod_role_installs_into_the_venv_the_common_role_recorded():
+    run = _common_task("Record the shared environment's path for the later plays of this run")
+    node = _common_task("Record the shared environment's path as a local fact")
+    recorded = _template(run["ansible.builtin.set_fact"]["_common_venv_path"], common_venv_path="/opt/torch/.venv")
+    written = json.loads(_template(node["ansible.builtin.copy"]["content"], common_venv_path="/opt/torch/.venv"))
+    assert recorded == written["venv_path"] == "/opt/torch/.venv"
+    # In the run the common role ran in, its record of the run; in another run, the node's.
+    assert _template("{{ horovod_venv_path }}", _common_venv_path=recorded,
+                     ansible_local={"common": {"venv_path": "/old/venv"}}) == "/opt/torch/.venv"
+    assert _template("{{ horovod_venv_path }}", ansible_local={"common": written}) == "/opt/torch/.venv"
+    assert _template("{{ horovod_venv_path }}") == ""  # the horovod role's preflight then stops
+
+
+def test_the_venv_path_is_written_in_the_common_role_s_defaults_alone():
     from pycli.core.paths import PROJECT_ROOT, role_defaults
 
     venv = role_defaults("common")["common_venv_path"]
-    fallbacks = {
-        str(path.relative_to(PROJECT_ROOT)): found
-        for path in [*PROJECT_ROOT.glob("playbooks/*.yml"), *PROJECT_ROOT.glob("roles/*/defaults/main.yml")]
-        for found in re.findall(r"common_venv_path \| default\('([^']*)'\)", path.read_text())
-    }
-    assert fallbacks and all(value == venv for value in fallbacks.values()), fallbacks
+    home = PROJECT_ROOT / "roles" / "common" / "defaults" / "main.yml"
+    places = [*PROJECT_ROOT.glob("playbooks/*.yml"), *PROJECT_ROOT.glob("roles/*/*/*.yml"),
+              *PROJECT_ROOT.glob("roles/*/templates/*.j2"), *PROJECT_ROOT.glob("pycli/**/*.py")]
+    copies = [str(path.relative_to(PROJECT_ROOT)) for path in places if path != home and venv in path.read_text()]
+    assert len(places) > 50 and not copies, copies
 
 
 def test_gloo_and_nccl_sockets_follow_the_interface_in_every_line_that_names_one():

@@ -31,11 +31,13 @@ def _render(template: str, host: str = "gpu1", hostvars: dict | None = None, **e
 def _expand(text: str, host: str = "gpu1", hostvars: dict | None = None, **extra) -> str:
     """`text` templated with the role's variables as on `host`."""
     from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import add_all_plugin_dirs
     from ansible.template import Templar, trust_as_template
 
     def trusted(values: dict) -> dict:
         return {k: trust_as_template(v) if isinstance(v, str) else v for k, v in values.items()}
 
+    add_all_plugin_dirs(str(ROLE.parent / "cluster_address"))  # this role's dependency, for its filter
     hostvars = hostvars or _cluster()
     variables = {
         # Role pycli_node is this role's dependency: its defaults are the play's too.
@@ -60,7 +62,6 @@ def _cluster() -> dict:
         facts: dict = {"ansible_host": "192.168.1.3"}
         if address:
             facts["ansible_facts"] = {"default_ipv4": {"address": address}}
-            facts["_monitoring_address"] = address  # facts.yml's record of this run
         if runs is not None:
             facts["_monitoring_dcgm_exporter"] = runs
         return facts
@@ -103,13 +104,85 @@ def test_a_node_this_run_did_not_reach_keeps_its_cluster_address_not_its_invento
 
 def test_the_daemons_listen_on_the_cluster_s_interface_where_the_inventory_names_one():
     """Not the default route's address, which is a public one on many servers."""
-    node = {"ansible_host": "192.168.1.3", "ansible_facts": {
-        "default_ipv4": {"address": "203.0.113.7"}, "ib_0": {"ipv4": {"address": "10.10.0.3"}}}}
-    assert _expand("{{ __monitoring_listen }}", "n1", {"n1": node}, pycli_network_interface="ib-0") == "10.10.0.3"
-    assert _expand("{{ __monitoring_listen }}", "n1", {"n1": node}) == "203.0.113.7"  # none named: the default route's
-    assert _expand("{{ __monitoring_interface_ipv4 }}", "n1", {"n1": node}, pycli_network_interface="eth9") == ""
-    exporter = _render("node-exporter.default.j2", "n1", {"n1": node}, pycli_network_interface="ib-0")
+    def node(interface: str | None = None) -> dict:  # the inventory's setting is in the node's variables
+        found = {"ansible_host": "192.168.1.3", "ansible_facts": {
+            "default_ipv4": {"address": "203.0.113.7"}, "ib_0": {"ipv4": {"address": "10.10.0.3"}}}}
+        return {**found, "pycli_network_interface": interface} if interface else found
+
+    assert _expand("{{ __monitoring_listen }}", "n1", {"n1": node("ib-0")}) == "10.10.0.3"
+    assert _expand("{{ __monitoring_listen }}", "n1", {"n1": node()}) == "203.0.113.7"  # none named: the default route's
+    assert _expand("{{ __monitoring_interface_ipv4 }}", "n1", {"n1": node("eth9")}) == ""
+    exporter = _render("node-exporter.default.j2", "n1", {"n1": node("ib-0")})
     assert "--web.listen-address=10.10.0.3:9100 " in exporter
+    targets = json.loads(_render("targets.json.j2", "n1", {"n1": node("ib-0")}, _port=9100))
+    assert targets[0]["targets"] == ["10.10.0.3:9100"]  # where the exporter listens, not the default route's
+
+
+@pytest.mark.parametrize("url", [
+    "https://alerts.example.com/hooks/gpu-cluster", "http://10.0.0.9:9095", "https://alerts.example.com/",
+    # The three the role's preflight took and pycli refused while each had a pattern of its own.
+    "https://alerts.example.com?token=abc", "https://alerts.example.com#x", "https://?token=abc",
+    "hooks.example.com/alerts", "ftp://x/y", "https://alerts.example.com/a b", "https:///path",
+])
+def test_the_preflight_takes_exactly_the_webhook_urls_pycli_takes(url):
+    from pycli.cluster.model import webhook_problem
+
+    [check] = [task for task in yaml.safe_load((ROLE / "tasks" / "preflight.yml").read_text())
+               if "monitoring_alert_webhook_url" in str(task.get("ansible.builtin.assert", {}).get("that", ""))]
+    [rule] = [line for line in check["ansible.builtin.assert"]["that"] if "monitoring_alert_webhook_url" in line]
+    taken = _expand("{{ (" + rule + ") | string }}", monitoring_alert_webhook_url=url)
+    assert taken == str(webhook_problem(url) is None)
+
+
+def _prometheus_fact(**extra) -> str:
+    """What the role records on the monitoring host for pycli top, as server.yml writes it."""
+    [task] = [task for task in yaml.safe_load((ROLE / "tasks" / "server.yml").read_text())
+              if task.get("ansible.builtin.copy", {}).get("dest") == "{{ __monitoring_fact_file }}"]
+    return _expand(task["ansible.builtin.copy"]["content"], **extra)
+
+
+def test_pycli_top_asks_prometheus_where_the_role_recorded_it_listens(tmp_path, monkeypatch):
+    import http.server
+    import threading
+
+    from pycli.top import prometheus
+
+    class Prometheus(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"data": {"result": []}}).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Prometheus)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        fact = tmp_path / "monitoring.fact"
+        fact.write_text(_prometheus_fact(monitoring_listen_address="127.0.0.1", monitoring_prometheus_port=port))
+        daemon_args = _render("prometheus.default.j2", monitoring_listen_address="127.0.0.1", monitoring_prometheus_port=port)
+        assert f"--web.listen-address=127.0.0.1:{port} " in daemon_args
+        monkeypatch.setattr(prometheus, "role_vars", lambda role: {prometheus.FACT_FILE_VAR: str(fact)})
+        out = subprocess.run(["sh", "-c", prometheus.query_command()], capture_output=True, text=True, timeout=60).stdout
+    finally:
+        server.shutdown()
+    assert json.loads(out)["address"] == f"127.0.0.1:{port}"
+    assert prometheus.parse_answers(out, ["gpu1"])["gpu1"].why.startswith("Prometheus does not scrape it")
+
+
+def test_pycli_top_without_the_roles_record_says_so_in_one_line(tmp_path, monkeypatch):
+    from pycli.top import prometheus
+
+    missing = tmp_path / "monitoring.fact"
+    monkeypatch.setattr(prometheus, "role_vars", lambda role: {prometheus.FACT_FILE_VAR: str(missing)})
+    out = subprocess.run(["sh", "-c", prometheus.query_command()], capture_output=True, text=True, timeout=60).stdout
+    with pytest.raises(prometheus.PrometheusUnavailable) as raised:
+        prometheus.parse_answers(out, ["gpu1"])
+    assert str(raised.value).startswith(f"{missing} is missing or unreadable (")
+    assert str(raised.value).endswith("): provision the cluster again") and "\n" not in str(raised.value)
 
 
 def test_alertmanager_answers_on_the_monitoring_host_alone():

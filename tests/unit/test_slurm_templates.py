@@ -19,11 +19,13 @@ def _facts(hostname: str, address: str, cpus: int = 64, memory_mb: int = 515_000
 def _render(template: str, host: str, hostvars: dict, **overrides) -> str:
     """The template as the role's template task writes it on `host` (trim_blocks, like the template module)."""
     from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import add_all_plugin_dirs
     from ansible.template import Templar, trust_as_template
 
     def trusted(values: dict) -> dict:
         return {k: trust_as_template(v) if isinstance(v, str) else v for k, v in values.items()}
 
+    add_all_plugin_dirs(str(ROLE.parent / "cluster_address"))  # this role's dependency, for its filter
     variables = {
         # Role pycli_node runs inside this one (its node gate): its defaults are the play's too.
         **trusted(yaml.safe_load((ROLE.parent / "pycli_node" / "defaults" / "main.yml").read_text())),

@@ -43,7 +43,7 @@ def test_horovodrun_gets_the_filled_hosts_and_the_controller():
     p = plan(np=3, controller="gloo")
     host, argv = only_line(p)
     assert host.name == "n1" and argv[argv.index("-H") + 1] == "10.9.0.1:2,10.9.0.2:1"
-    assert argv[2:4] == ["/opt/pycli/venv/bin/horovodrun", "-np"] or argv[argv.index("-np") + 1] == "3"
+    assert argv[2:4] == [NodeLayout().tool("horovodrun"), "-np"] or argv[argv.index("-np") + 1] == "3"
     assert "--gloo" in argv and "--mpi" not in argv
     assert argv[argv.index("--data-dir") + 1] == str(remote_data_dir(p)) == f"/srv/pycli/files/{p.data_digest}"
     assert argv[argv.index("--metrics") + 1] == "/srv/pycli/jobs/j1/metrics.jsonl"
@@ -267,7 +267,7 @@ def test_env_settings_reach_every_rank_after_pycli_s_own():
 
     staged = replace(plan(env=("HOROVOD_CYCLE_TIME=5", "OMP_NUM_THREADS=3")), node_cpus=(("n1", 8), ("n2", 8)))
     _, argv = only_line(staged)
-    settings = argv[:argv.index("/opt/pycli/venv/bin/horovodrun")]
+    settings = argv[:argv.index(NodeLayout().tool("horovodrun"))]
     # pycli's threads first, the user's after: env(1) keeps the last value it is given.
     assert settings.index("OMP_NUM_THREADS=4") < settings.index("OMP_NUM_THREADS=3")
     assert "HOROVOD_CYCLE_TIME=5" in settings

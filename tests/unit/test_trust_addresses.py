@@ -48,3 +48,11 @@ def test_an_interface_without_addresses_or_facts_is_passed_over():
     facts = _facts(eth0={"ipv4": {"address": "10.1.0.12"}}, eth1={})
     facts["interfaces"].append("ib0")  # no facts under its name
     assert _filter()(facts, IGNORED, "") == ["10.1.0.12"]
+
+
+def test_the_cluster_address_comes_first_and_a_name_there_is_left_out():
+    facts = {**_facts(eth0={"ipv4": {"address": "203.0.113.7"}}, ib0={"ipv4": {"address": "10.10.0.3"}}),
+             "default_ipv4": {"address": "203.0.113.7"}}
+    addresses = _filter()(facts, IGNORED, "", "10.10.0.3")
+    assert addresses == ["10.10.0.3", "203.0.113.7"]
+    assert _filter()(facts, IGNORED, "", "node1") == ["203.0.113.7", "10.10.0.3"]  # no address to log in at

@@ -1,8 +1,9 @@
 """The addresses of role ssh_trust: every address a node may reach its peers from, or be reached
 on, for the key's from= list and the known hosts.
 
-From the node's facts: the default route's addresses first (IPv4, then IPv6; the first one is
-the node's address for the logins the role checks), then every interface's (primary IPv4, its
+From the node's facts: its cluster address first (role cluster_address's filter, which the
+play passes in: the node's address for the logins the role checks and for the fan-out of
+artifacts), then the default route's addresses (IPv4, then IPv6), then every interface's (primary IPv4, its
 secondary addresses, its IPv6 addresses), then the address Ansible reaches the node on.
 Interfaces matching the ignored pattern (bridges, virtual links) are left out, and so are
 loopback and link-local addresses: those never carry a login from another node.
@@ -20,9 +21,9 @@ def _usable(address):
     return not (ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast)
 
 
-def trust_addresses(facts, ignored="", ansible_host=""):
+def trust_addresses(facts, ignored="", ansible_host="", cluster_address=""):
     """Every usable address of a node, in the order above, each once."""
-    found = [facts.get("default_ipv4", {}).get("address"), facts.get("default_ipv6", {}).get("address")]
+    found = [cluster_address, facts.get("default_ipv4", {}).get("address"), facts.get("default_ipv6", {}).get("address")]
     for name in facts.get("interfaces", []):
         if ignored and re.match(ignored, name):
             continue

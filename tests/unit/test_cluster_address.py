@@ -1,0 +1,66 @@
+"""A node's cluster address has one rule, role cluster_address's filter, which /etc/hosts (role
+common), the package cache's address, slurm.conf and the monitoring targets all use."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROLES = Path(__file__).resolve().parents[2] / "roles"
+PUBLIC, CLUSTER, SSH = "203.0.113.7", "10.10.0.3", "192.168.1.3"
+
+
+def _node(interface: str | None = None, facts: bool = True, ansible_host: str | None = SSH) -> dict:
+    found: dict = {"ansible_host": ansible_host} if ansible_host else {}
+    if facts:
+        found["ansible_facts"] = {"hostname": "n1", "default_ipv4": {"address": PUBLIC},
+                                  "ib_0": {"ipv4": {"address": CLUSTER}}}
+    return {**found, "pycli_network_interface": interface} if interface else found
+
+
+def _template(text: str, hostvars: dict, **variables) -> str:
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import add_all_plugin_dirs
+    from ansible.template import Templar, trust_as_template
+
+    add_all_plugin_dirs(str(ROLES / "cluster_address"))
+    templar = Templar(loader=DataLoader(), variables={"hostvars": hostvars, **variables}).copy_with_new_env(trim_blocks=True)
+    return templar.template(trust_as_template(text))
+
+
+@pytest.mark.parametrize(("node", "address"), [
+    (_node("ib-0"), CLUSTER),                       # the interface the inventory names for the cluster
+    (_node("eth9"), PUBLIC),                        # named, but not on this node: the default route's
+    (_node(), PUBLIC),                              # none named: the default route's
+    (_node(facts=False), SSH),                      # not reached in this run: where Ansible reaches it
+    (_node(facts=False, ansible_host=None), "n1"),  # nor an address in the inventory: its name
+])
+def test_the_rule(node, address):
+    assert _template("{{ hostvars['n1'] | cluster_address('n1') }}", {"n1": node}) == address
+
+
+def test_etc_hosts_and_the_package_cache_give_a_node_the_address_the_rule_gives():
+    hostvars = {"n1": _node("ib-0"), "n2": _node(facts=False)}
+    hosts = _template((ROLES / "common" / "templates" / "hosts.j2").read_text(), hostvars,
+                      groups={"nodes": ["n1", "n2"]}, common_cluster_group="nodes")
+    assert hosts.splitlines() == [f"{CLUSTER} n1", f"{SSH} n2"]
+    cache = yaml.safe_load((ROLES / "package_cache" / "vars" / "main.yml").read_text())["__package_cache_address"]
+    assert _template(cache, hostvars, __package_cache_host="n1") == CLUSTER
+    assert _template(cache, hostvars, __package_cache_host="") == ""  # no cache host: no address
+
+
+def test_no_role_picks_a_node_s_address_from_its_facts_by_itself():
+    # The facts' default route address is read in the filter alone (slurm's preflight may check it is there).
+    pattern = re.compile(r"\['default_ipv4'\]\['address'\](?! is defined)")
+    sources = [*ROLES.glob("*/*/*.yml"), *ROLES.glob("*/templates/*.j2"), *(ROLES.parent / "playbooks").glob("*.yml")]
+    assert len(sources) > 50
+    assert [str(p.relative_to(ROLES.parent)) for p in sources if pattern.search(p.read_text())] == []
+
+
+def test_every_role_that_writes_an_address_depends_on_the_rule_s_role():
+    for role in ("common", "package_cache", "slurm", "monitoring", "ssh_trust"):
+        dependencies = yaml.safe_load((ROLES / role / "meta" / "main.yml").read_text())["dependencies"]
+        assert {"role": "cluster_address"} in dependencies, role
