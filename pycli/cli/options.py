@@ -155,17 +155,23 @@ def given_inventory(argument: Path | None, option: Path | None) -> Path | None:
     return argument if argument is not None else option
 
 
-def leading_inventory(arguments: Sequence[str], workloads: Sequence[str] = ()) -> tuple[Path | None, list[str]]:
+def leading_inventory(
+    arguments: Sequence[str], workloads: Sequence[str] = (), *, option_given: bool = False
+) -> tuple[Path | None, list[str]]:
     """An inventory given first among `train`'s or `bench`'s free arguments, and the arguments after it.
 
     By the word alone, never by what the filesystem holds: the first argument is the inventory
     unless it is an option's (starts with '-'), a Python script (ends in .py) or one of `workloads`
-    (the built-in workload names). Taken so and missing, it is one line that says the rule.
+    (the built-in workload names). Taken so and missing, it is one line that says the rule; but
+    with the inventory given by -i (`option_given`) a missing one is the workload, for the
+    workload's own check to name (`train resnet50 -i cluster.ini`: unknown workload).
     """
     if not arguments:
         return None, []
     first = arguments[0]
     if first.startswith("-") or first.endswith(".py") or first in workloads:
+        return None, list(arguments)
+    if option_given and workloads and not Path(first).exists():
         return None, list(arguments)
     if not Path(first).exists():
         named = f"a workload ({', '.join(workloads)} or a .py script) or " if workloads else ""

@@ -90,7 +90,7 @@ def train_cmd(
         script_args = [workload, *(script_args or [])]
         workload = None
     free: list[str] = [workload, *(script_args or [])] if workload is not None else []
-    positional, rest = leading_inventory(free, tuple(WORKLOADS))
+    positional, rest = leading_inventory(free, tuple(WORKLOADS), option_given=inventory is not None)
     if positional is not None:  # the workload, if named, follows the inventory; script arguments start with '-'
         workload = rest.pop(0) if rest and not rest[0].startswith("-") else None
         script_args = rest

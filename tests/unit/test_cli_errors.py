@@ -131,6 +131,9 @@ def test_an_inventory_first_among_train_s_and_bench_s_arguments(tmp_path, monkey
         leading_inventory(["missing.ini"])  # named like no workload: the inventory, whether it exists or not
     with pytest.raises(BadInput, match=r"^mnsit: no such inventory; the first argument is a workload \(mnist, ddp or"):
         leading_inventory(["mnsit", "--epochs", "2"], ["mnist", "ddp"])
+    # with -i the inventory is known: a missing first word is the workload, for its own check to name
+    assert leading_inventory(["mnsit"], ["mnist"], option_given=True) == (None, ["mnsit"])
+    assert leading_inventory(["cluster.ini", "mnist"], ["mnist"], option_given=True) == (Path("cluster.ini"), ["mnist"])
     assert leading_inventory(["--epochs", "cluster.ini"]) == (None, ["--epochs", "cluster.ini"])
     assert leading_inventory([]) == (None, [])
 
@@ -164,6 +167,16 @@ def test_arguments_after_the_double_dash_are_the_workload_s_when_none_is_named(t
     argv = ["train", "--np", "4", "-i", str(inventory), "--max-restarts", "1", "--min-np", "9", "--", "--epochs", "1"]
     assert main(argv) == 2
     assert capsys.readouterr().err == "pycli: error: --min-np 9: give a number of ranks from 1 to --np 4\n"
+
+
+def test_an_unknown_workload_with_i_is_named_as_a_workload(tmp_path, capsys, monkeypatch):
+    # -i names the inventory, so the first word can only be the workload: its own check speaks
+    monkeypatch.setenv("PYCLI_CACHE", str(tmp_path / "cache"))
+    inventory = tmp_path / "a.ini"
+    inventory.write_text(INVENTORY)
+    assert main(["train", "resnet50", "--np", "1", "-i", str(inventory)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pycli: error: unknown workload 'resnet50'") and err.count("\n") == 1
 
 
 @pytest.mark.parametrize(("argv", "environ", "message"), [

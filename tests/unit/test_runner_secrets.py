@@ -68,8 +68,18 @@ def test_run_folders_are_private(tmp_path, monkeypatch):
     assert stat.S_IMODE((tmp_path / "runs").stat().st_mode) == 0o700
 
 
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    """A temp folder of this test's own, where the run writes its private files: runs beside
+    it (the suite's integration tests) hold theirs in the shared one while they run."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
 @pytest.mark.slow_ansible
-def test_a_real_run_keeps_secrets_out_of_its_folder(tmp_path, monkeypatch):
+def test_a_real_run_keeps_secrets_out_of_its_folder(tmp_path, monkeypatch, private_tmp):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", CONTROLLER_SECRET)
     run_dir = tmp_path / "run"
     request = RunRequest(inventory=_local_inventory(tmp_path), module="ansible.builtin.ping", extravars={"token": EXTRA_SECRET})
@@ -78,7 +88,7 @@ def test_a_real_run_keeps_secrets_out_of_its_folder(tmp_path, monkeypatch):
     assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
     assert not _files_holding(run_dir, CONTROLLER_SECRET, EXTRA_SECRET)
     assert (run_dir / "artifacts").is_dir()  # the run folder was written, and searched
-    assert not list(Path(tempfile.gettempdir()).glob("pycli-extravars-*"))
+    assert not list(private_tmp.glob("pycli-extravars-*"))
 
 
 @pytest.mark.slow_ansible
@@ -119,7 +129,7 @@ URL_SECRETS = {
 
 
 @pytest.mark.slow_ansible
-def test_credentials_in_urls_reach_ansible_but_not_the_run_folder(tmp_path, monkeypatch):
+def test_credentials_in_urls_reach_ansible_but_not_the_run_folder(tmp_path, monkeypatch, private_tmp):
     checks = []
     for name, (value, *_) in URL_SECRETS.items():
         monkeypatch.setenv(name, value)
@@ -140,7 +150,7 @@ def test_credentials_in_urls_reach_ansible_but_not_the_run_folder(tmp_path, monk
     assert not _files_holding(run_dir, *secrets)
     command = json.loads(next(run_dir.glob("artifacts/*/command")).read_text())
     assert command["env"]["https_proxy"] == "http://bob:***@proxy:3128"  # recorded, masked
-    assert not list(Path(tempfile.gettempdir()).glob("pycli-env-*"))
+    assert not list(private_tmp.glob("pycli-env-*"))
 
 
 def test_masking_hides_the_password_or_the_lone_token_of_every_url():
