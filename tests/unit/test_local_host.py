@@ -158,13 +158,15 @@ def _wait_gone(pid: int, within_s: float = 10) -> bool:
 
 def test_interrupting_a_local_process_sends_sigint_to_its_whole_group():
     # bash waits for its foreground child; SIGINT to the group ends the child and runs bash's trap.
+    # The child itself says it started, from after its exec: a SIGINT that came between bash's fork
+    # and the child's exec would be lost, and bash's trap would wait out the sleep.
     lines: list[str] = []
     # As run_processes does while a job runs: pycli handles SIGINT, so the job starts with
     # SIGINT's default. A process started in the background by a script (a CI runner) ignores
     # SIGINT; the job would inherit that, and neither bash's trap nor the sleep could hear it.
     previous = signal.signal(signal.SIGINT, lambda *_: None)
     try:
-        proc = RemoteProcess(HERE, "trap 'echo interrupted; exit 7' INT; echo started; sleep 60; echo never", "", lines.append)
+        proc = RemoteProcess(HERE, "trap 'echo interrupted; exit 7' INT; sh -c 'echo started; exec sleep 60'; echo never", "", lines.append)
     finally:
         signal.signal(signal.SIGINT, previous)
     _wait_for(lambda: lines == ["started"])
@@ -203,7 +205,7 @@ def test_a_local_rank_exiting_255_failed_it_did_not_stop_answering(monkeypatch):
 
 def test_ctrl_c_during_a_local_job_interrupts_its_group_and_says_interrupted(monkeypatch):
     said: list[str] = []
-    line = "trap 'echo rank interrupted; exit 130' INT; echo rank up; sleep 60"
+    line = "trap 'echo rank interrupted; exit 130' INT; sh -c 'echo rank up; exec sleep 60'"  # as above
     monkeypatch.setattr(job_processes, "launch_commands", lambda plan: [(HERE, line)])
 
     def interrupt_when_up(text: str) -> None:
