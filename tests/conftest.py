@@ -1,3 +1,4 @@
+import functools
 import json
 import os
 import subprocess
@@ -13,6 +14,15 @@ ANSIBLE_PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
 # Every test cluster trusts this machine's CA bundle (pip behind a TLS-intercepting proxy),
 # and all share one node image.
 TEST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+
+@functools.cache
+def ansible_plugins() -> None:
+    """Ansible's plugin loader, for the lookups a template may use: configured once a process
+    (configured again, it warns that its collection finder already is)."""
+    from ansible.plugins.loader import init_plugin_loader
+
+    init_plugin_loader()
 
 
 def run_pycli(*args: str, check: bool = False, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:

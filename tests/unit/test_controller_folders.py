@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import yaml
 
 from pycli.cluster.runner import runner_env
 from pycli.core import paths
+from tests.conftest import ansible_plugins
 
 ROOT = Path(__file__).resolve().parents[2]
 # Each role's variable for a folder and where it is in the folder pycli names.
@@ -26,12 +26,9 @@ ROLE_FOLDERS = [
 
 def _role_default(role: str, name: str) -> str:
     from ansible.parsing.dataloader import DataLoader
-    from ansible.plugins.loader import init_plugin_loader
     from ansible.template import Templar, trust_as_template
 
-    with warnings.catch_warnings():  # the lookups are ansible.builtin's, found through the collection loader
-        warnings.filterwarnings("ignore", "AnsibleCollectionFinder has already been configured")
-        init_plugin_loader()
+    ansible_plugins()  # the lookups are ansible.builtin's, found through the collection loader
     expression = yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())[name]
     variables = {"ssh_trust_cluster_name": "lab", "slurm_cluster_name": "lab", "ansible_playbook_python": sys.executable}
     return str(Templar(loader=DataLoader(), variables=variables).template(trust_as_template(expression))).strip()

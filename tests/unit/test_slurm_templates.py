@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.conftest import ansible_plugins
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "slurm"
 
@@ -120,17 +121,9 @@ def test_gres_conf_names_the_device_files_unless_slurm_has_its_nvml_plugin(gpus,
     assert gres[-1] == line
 
 
-@functools.cache
-def _plugins() -> None:
-    """Ansible's plugin loader, for the `file` lookup (once: it warns when configured again)."""
-    from ansible.plugins.loader import init_plugin_loader
-
-    init_plugin_loader()
-
-
 def _gate(item: str, **overrides) -> str:
     """A wrapper of the node gate; its job mapping folder is role pycli_node's (its defaults are the play's)."""
-    _plugins()
+    ansible_plugins()
     cluster = _gpu_cluster()
     cluster["gpu1"]["ansible_facts"]["python"] = {"executable": "/usr/bin/python3"}
     return _render("node-gate.sh.j2", "gpu1", cluster, item=item, role_path=str(ROLE), **overrides)
