@@ -26,10 +26,13 @@ def ansible_plugins() -> None:
     init_plugin_loader()
 
 
-def run_pycli(*args: str, check: bool = False, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
-    """Run the real CLI in a subprocess, as a user would, and capture what it prints."""
+def run_pycli(*args: str, check: bool = False, env: dict | None = None, timeout: int = 900,
+              pycli: list[str] = PYCLI) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess, as a user would, and capture what it prints.
+
+    `pycli`: the command that starts it; this Python's by default."""
     proc = subprocess.run(
-        [*PYCLI, *args], capture_output=True, text=True, cwd=ROOT, env={**os.environ, **(env or {})}, timeout=timeout
+        [*pycli, *args], capture_output=True, text=True, cwd=ROOT, env={**os.environ, **(env or {})}, timeout=timeout
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"pycli {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")

@@ -3,13 +3,15 @@
 import json
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import TEST_CA_BUNDLE, run_pycli
+from tests.conftest import PYCLI, TEST_CA_BUNDLE, run_pycli
 
 # One cluster per test session, so sessions running side by side never share nodes.
 CLUSTER = f"pytest-{os.getpid()}"
@@ -65,6 +67,37 @@ def local_cluster(docker_engine, tmp_path_factory) -> Path:
     yield inventory
     if not os.environ.get("PYCLI_KEEP_TEST_CLUSTER"):
         run_pycli("cluster", "down", "--name", CLUSTER, check=True)
+
+
+# make test installs pycli under a second Python too (Makefile, SECOND_PYTHON) and names that
+# pycli here; one provisioning of the session's cluster goes through it (test_roles_state.py), so
+# the controller is proven on two Pythons. Unset (pytest run by hand), it is this Python's pycli.
+SECOND_PYCLI_ENV = "PYCLI_TEST_SECOND_PYCLI"
+
+
+@pytest.fixture(scope="session")
+def second_pycli() -> list[str]:
+    """The command of the second Python's pycli (PYCLI_TEST_SECOND_PYCLI), checked to start and
+    to run on another Python than this one; a test fails, not skips, where it does not."""
+    path = os.environ.get(SECOND_PYCLI_ENV)
+    if not path:
+        return PYCLI
+    here = "%d.%d" % sys.version_info[:2]
+    try:
+        started = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=120)
+        # The entry script's own interpreter is its venv's, beside it.
+        asked = subprocess.run([str(Path(path).with_name("python")), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True, timeout=120)
+    except OSError as error:
+        pytest.fail(f"{SECOND_PYCLI_ENV}={path} does not start: {error}", pytrace=False)
+    version = asked.stdout.strip()
+    if started.returncode != 0 or not started.stdout.startswith("pycli ") or asked.returncode != 0:
+        pytest.fail(f"{SECOND_PYCLI_ENV}={path} is no working pycli: {(started.stderr or asked.stderr).strip()[-300:]}",
+                    pytrace=False)
+    if version == here:
+        pytest.fail(f"{SECOND_PYCLI_ENV}={path} runs on Python {version}, the one of these tests: it must be a second one",
+                    pytrace=False)
+    return [path]
 
 
 # `make test` starts its parts that need no cluster (unit, molecule, lint) only once the first

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 from datetime import datetime
+from pathlib import Path
 
 import docker
 import pytest
@@ -78,13 +79,19 @@ def test_playbooks_check_yml_runs_pycli_s_gates(provisioned_cluster, tmp_path):
     assert "gates passed" in proc.stdout, proc.stdout[-3000:]
 
 
-def test_a_node_that_lost_open_mpi_gets_it_back_from_the_cache_without_a_build(provisioned_cluster, tmp_path):
+def test_a_node_that_lost_open_mpi_gets_it_back_from_the_cache_without_a_build(provisioned_cluster, second_pycli, tmp_path):
+    """This provisioning is the second Python's pycli under make test (second_pycli): Ansible,
+    Mitogen and the controller cache on that Python, putting back what a node lost."""
     prefix = _fact("node2", "openmpi")["prefix"]
     assert node_run("node2", "rm", "-rf", prefix)[0] == 0
     runs = tmp_path / "runs"
     proc = run_pycli("provision", str(provisioned_cluster), "--tags", "openmpi", env={"PYCLI_RUNS": str(runs)},
-                     timeout=1800)
+                     timeout=1800, pycli=second_pycli)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    # Ansible was that Python's: pycli puts its interpreter's folder first on Ansible's PATH, as
+    # ansible-runner recorded it.
+    (command,) = runs.glob("*-provision/artifacts/*/command")
+    assert json.loads(command.read_text())["env"]["PATH"].split(os.pathsep)[0] == str(Path(second_pycli[0]).parent), command
     changed = changed_tasks(runs)
     assert changed and all(task.startswith("node2: ") for task in changed), changed
     assert not [task for task in changed if re.search(r"[Cc]onfigure|[Cc]ompile|Install into the prefix|Pack", task)], changed
