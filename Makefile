@@ -2,15 +2,33 @@
 # Both set up what they need on a fresh Debian/Ubuntu machine: a Docker engine,
 # debootstrap (scripts/host-prereqs.sh, root) and the Python environment (.venv).
 
-# The controller's Python: the newest of the versions pyproject.toml admits that is found
-# here (3.11 only for now: the pinned torch that the workload tests import installs from
-# local disk for 3.11 on the test machines).
-SUPPORTED_PYTHONS := 3.11
-PYTHON ?= $(firstword $(foreach v,$(SUPPORTED_PYTHONS),$(shell command -v python$(v) 2>/dev/null)))
 VENV := .venv
 # pycli's node-side package, whose one home is its role's files (pyproject.toml maps it).
 NODE_PACKAGE_DIR := roles/pycli_node/files/pycli_node
 BIN := $(VENV)/bin
+
+# The controller's Pythons: the ones pyproject.toml admits, those ansible-core 2.19 (the pinned
+# line) runs its controller on. A pythonX.Y on PATH counts only when it runs and answers with that
+# version: pyenv puts a shim on PATH for every version it has, which answers "command not found"
+# for those not selected. The venvs' folders are left out of the search (PATH gets .venv/bin below).
+# $(call find_python,VERSIONS) is the interpreter of the first of VERSIONS that answers so.
+SUPPORTED_PYTHONS := 3.11 3.12 3.13
+HOST_PATH := $(subst $(abspath $(BIN)):,,$(PATH))
+find_python = $(shell PATH='$(HOST_PATH)'; for v in $(1); do \
+	found=$$(python$$v -c 'import sys; print(sys.executable) if "%d.%d" % sys.version_info[:2] == sys.argv[1] else sys.exit(1)' $$v 2>/dev/null) \
+	&& { echo "$$found"; break; }; done)
+# Each is looked for once, and only by the recipes that need it (the eval makes it a plain value).
+# `make demo` and `make venv`: 3.11 where the machine has it, the Python make test runs .venv on and
+# the integration tests prove (one venv for both), else the newest found. PYTHON=... chooses.
+PYTHON ?= $(eval PYTHON := $(call find_python,3.11 3.13 3.12))$(PYTHON)
+# make test proves a second Python beside 3.11: pycli installed under it with its test extras, the
+# unit tests that need no torch run by it, and one provisioning of the integration tests' cluster
+# by its pycli (tests/integration/test_roles_state.py). The newest found, or SECOND_PYTHON=...
+SECOND_PYTHON ?= $(eval SECOND_PYTHON := $(call find_python,3.13 3.12))$(SECOND_PYTHON)
+SECOND_VENV := .venv-second
+SECOND_BIN := $(SECOND_VENV)/bin
+# "3.13" of an interpreter, or nothing where it does not run.
+python_version = $$($(1) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
 NAME ?= local
 NODES ?= 2
 # Ranks of the demo job: local nodes get 4 slots each, and every rank keeps to its share of
@@ -23,7 +41,7 @@ CA_FLAG := $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
 # Tools of the venv (ansible, molecule) call each other by name.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: demo test test-steps host venv lint unit integration molecule down clean
+.PHONY: demo test test-pythons test-steps host venv second-venv lint unit unit-torch unit-second integration molecule down clean
 
 # A local cluster, the whole stack on it, and a Horovod job across its nodes. The first run
 # downloads everything and builds Open MPI and Horovod (about 10 minutes on 2 cores); later
@@ -46,16 +64,26 @@ TIMINGS ?= runs/test-timings/$(shell date +%Y%m%d-%H%M%S)
 export TIMINGS
 TIMED = $(BIN)/python -m tests.timings run $(TIMINGS)/$(1).tsv $(1) $(2) --
 
-test: host venv
+# The Pythons test-pythons found go to the parts as they are, not looked for again in each.
+TEST_PYTHONS = PYTHON=$(PYTHON) SECOND_PYTHON=$(SECOND_PYTHON)
+
+test: test-pythons host venv
 ifeq ($(CI),true)
 	@cache=$$(mktemp -d /tmp/pycli-ci-cache.XXXXXX) && state=$$(mktemp -d /tmp/pycli-ci-state.XXXXXX) && \
 	trap 'rm -rf "$$cache" "$$state"' EXIT && \
 	echo "make test: CI=true, empty cache $$cache and state $$state" && \
-	PYCLI_CACHE=$$cache PYCLI_STATE=$$state $(MAKE) --no-print-directory test-steps; \
+	PYCLI_CACHE=$$cache PYCLI_STATE=$$state $(MAKE) --no-print-directory test-steps $(TEST_PYTHONS); \
 	rc=$$?; $(BIN)/python -m tests.timings report $(TIMINGS); exit $$rc
 else
-	@$(MAKE) --no-print-directory test-steps; rc=$$?; $(BIN)/python -m tests.timings report $(TIMINGS); exit $$rc
+	@$(MAKE) --no-print-directory test-steps $(TEST_PYTHONS); rc=$$?; $(BIN)/python -m tests.timings report $(TIMINGS); exit $$rc
 endif
+
+# make test's two Pythons, checked before anything is made: .venv on 3.11, since the torch the
+# workload tests need installs for it alone (pyproject.toml), and a second one (SECOND_PYTHON).
+test-pythons:
+	@v="$(if $(PYTHON),$(call python_version,$(PYTHON)))"; [ "$$v" = 3.11 ] || { echo "make test: its main venv runs on Python 3.11 (the workload tests' torch installs for it alone), and PYTHON is $${v:-not found}: install python3.11 or pass PYTHON=/path/to/python3.11" >&2; exit 2; }
+	@v="$(call python_version,$(BIN)/python)"; [ ! -e $(BIN)/python ] || [ "$$v" = 3.11 ] || { echo "make test: $(VENV) runs Python $${v:-that does not start}, and make test runs it on 3.11: remove it (rm -rf $(VENV)) and run make test again" >&2; exit 2; }
+	@v="$(if $(SECOND_PYTHON),$(call python_version,$(SECOND_PYTHON)))"; case "$$v" in 3.12|3.13) ;; *) echo "make test: it proves pycli on a second Python beside 3.11, $(if $(SECOND_PYTHON),and SECOND_PYTHON=$(SECOND_PYTHON) is $${v:+Python }$${v:-no Python that runs}: pass one of 3.13 or 3.12,and no python3.13 or python3.12 answers here: install one or pass SECOND_PYTHON=/path/to/python3.X)" >&2; exit 2;; esac
 
 # The parts that need no cluster of the integration tests' (molecule, lint, unit) run beside
 # the integration tests' first cluster and its provisioning (on CI: the cold Open MPI and Horovod
@@ -70,20 +98,31 @@ endif
 # All of them start once the first provisioning has started its Open MPI build in the background
 # (PYCLI_TEST_SIDE_GO, tests/integration/conftest.py), not while the build still waits in line
 # for the build tools; at the latest after SIDE_WAIT_S.
+# The second Python's venv is made then too, at nice 19 as well (about a minute of CPU); the
+# unit tests run those that need torch under 3.11 first and wait for it for the others
+# (unit-torch, unit-second), and the integration tests, which wait for the unit tests, get its
+# pycli for their one provisioning by it (PYCLI_TEST_SECOND_PYCLI).
 SIDE_WAIT_S := 300
 SIDE_WAIT = i=0; while [ ! -e $(TIMINGS)/side.go ] && [ $$i -lt $(SIDE_WAIT_S) ]; do sleep 1; i=$$((i+1)); done
+SECOND_WAIT = i=0; while [ ! -e $(TIMINGS)/second-venv.rc ] && [ $$i -lt 3600 ]; do sleep 1; i=$$((i+1)); done
 
 test-steps:
-	@mkdir -p $(TIMINGS) && rm -f $(TIMINGS)/unit.rc $(TIMINGS)/niced.rc $(TIMINGS)/side.go
-	@echo "make test: unit, and molecule and lint (nice 19), beside the integration tests' first provisioning once its build runs (their output follows the integration tests')"
-	@($(SIDE_WAIT); $(MAKE) --no-print-directory unit >$(TIMINGS)/unit.log 2>&1; echo $$? >$(TIMINGS)/unit.rc) & \
+	@mkdir -p $(TIMINGS) && rm -f $(TIMINGS)/unit.rc $(TIMINGS)/niced.rc $(TIMINGS)/side.go $(TIMINGS)/second-venv.rc
+	@echo "make test: unit (the tests that need torch on Python 3.11, the others on $(SECOND_PYTHON)), and the second venv, molecule and lint (nice 19), beside the integration tests' first provisioning once its build runs (their output follows the integration tests')"
+	@($(SIDE_WAIT); nice -n 19 $(MAKE) --no-print-directory second-venv >$(TIMINGS)/second-venv.log 2>&1; echo $$? >$(TIMINGS)/second-venv.rc) & \
+	($(SIDE_WAIT); { $(MAKE) --no-print-directory unit-torch; torch=$$?; $(SECOND_WAIT); \
+		if [ "$$(cat $(TIMINGS)/second-venv.rc)" -eq 0 ]; then $(MAKE) --no-print-directory unit-second; else echo "make test: the second venv was not made (its output follows), so its unit tests did not run"; false; fi; \
+		second=$$?; [ "$$torch" -eq 0 ] && [ "$$second" -eq 0 ]; } >$(TIMINGS)/unit.log 2>&1; echo $$? >$(TIMINGS)/unit.rc) & \
 	($(SIDE_WAIT); PYCLI_TEST_NODE_CPU_SHARES=64 nice -n 19 $(MAKE) --no-print-directory molecule lint >$(TIMINGS)/niced.log 2>&1; echo $$? >$(TIMINGS)/niced.rc) & \
-	PYCLI_TEST_SIDE_GO=$(TIMINGS)/side.go PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc $(MAKE) --no-print-directory integration; integration=$$?; \
+	PYCLI_TEST_SIDE_GO=$(TIMINGS)/side.go PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc PYCLI_TEST_SECOND_PYCLI=$(abspath $(SECOND_BIN))/pycli \
+		$(MAKE) --no-print-directory integration; integration=$$?; \
 	wait; echo "make test: the output of molecule and lint:"; cat $(TIMINGS)/niced.log; \
+	echo "make test: the output of the second venv:"; cat $(TIMINGS)/second-venv.log; \
 	echo "make test: the output of unit:"; cat $(TIMINGS)/unit.log; \
 	unit=$$(cat $(TIMINGS)/unit.rc 2>/dev/null || echo 1); niced=$$(cat $(TIMINGS)/niced.rc 2>/dev/null || echo 1); \
-	if [ "$$integration" -ne 0 ] || [ "$$unit" -ne 0 ] || [ "$$niced" -ne 0 ]; then \
-		echo "make test: FAILED (integration exit $$integration; unit exit $$unit; molecule and lint exit $$niced)"; exit 1; fi
+	second=$$(cat $(TIMINGS)/second-venv.rc 2>/dev/null || echo 1); \
+	if [ "$$integration" -ne 0 ] || [ "$$unit" -ne 0 ] || [ "$$niced" -ne 0 ] || [ "$$second" -ne 0 ]; then \
+		echo "make test: FAILED (integration exit $$integration; unit exit $$unit; molecule and lint exit $$niced; second venv exit $$second)"; exit 1; fi
 	@echo "make test: all green (cache $$($(BIN)/python -m pycli.core.paths PYCLI_CACHE), timings $(TIMINGS))"
 
 host:
@@ -96,11 +135,35 @@ host:
 venv: $(BIN)/.installed
 
 $(BIN)/.installed: pyproject.toml
-	@test -n "$(PYTHON)" || { echo "no supported Python found (one of: $(SUPPORTED_PYTHONS)); install python$(lastword $(SUPPORTED_PYTHONS)) or pass PYTHON=..." >&2; exit 2; }
+	@test -n "$(PYTHON)" || { echo "no supported Python answers here (one of: $(SUPPORTED_PYTHONS)); install one (python3.11 where you run make test too) or pass PYTHON=/path/to/python3.X" >&2; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -e '.[test]'
 	$(BIN)/python -m compileall -q pycli $(NODE_PACKAGE_DIR) workloads tests >/dev/null
 	touch $@
+
+# The second Python's venv (make test): pycli and its test extras, which leave torch out there
+# (pyproject.toml). Made again when pyproject.toml changes or SECOND_PYTHON is another interpreter
+# (its stamp names the one it was made with). It is made beside the first provisioning, so with
+# less CPU than .venv: pip compiles nothing (with its compiling, pip took 170 s of CPU on a busy
+# machine, 65 s of it for the 15,000 modules of the `ansible` bundle's collections; without, 50 s),
+# and only what every pycli, Ansible and pytest process imports is compiled here, with pycli's own
+# (8 s, against 54 s for all of site-packages but the collections); a test that imports more
+# (scikit-learn, matplotlib) compiles it in memory.
+SECOND_COMPILED := ansible ansible_runner ansible_mitogen mitogen jinja2 markupsafe yaml typer click rich pexpect ptyprocess \
+	docker requests urllib3 _pytest pytest pluggy hypothesis
+SITE_PACKAGES = $$($(1) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+
+second-venv: venv
+	@python=$$($(or $(SECOND_PYTHON),false) -c 'import sys; print(sys.executable)') || { echo "no second Python: no python3.13 or python3.12 answers here; install one or pass SECOND_PYTHON=/path/to/python3.X" >&2; exit 2; }; \
+	stamp=$(SECOND_BIN)/.installed; v="$(call python_version,$$python)"; \
+	if [ -e $$stamp ] && [ $$stamp -nt pyproject.toml ] && [ "$$(cat $$stamp)" = "$$python" ]; then echo "$(SECOND_VENV): Python $$v, up to date"; exit 0; fi; \
+	set -x; rm -rf $(SECOND_VENV) && \
+	$(call TIMED,second-venv,venv-py$$v) $$python -m venv $(SECOND_VENV) && \
+	$(call TIMED,second-venv,pip-install-py$$v) $(SECOND_BIN)/pip install --quiet --no-compile -e '.[test]' && \
+	site="$(call SITE_PACKAGES,$(SECOND_BIN)/python)" && \
+	$(call TIMED,second-venv,compileall-py$$v) $(SECOND_BIN)/python -m compileall -q pycli $(NODE_PACKAGE_DIR) workloads tests \
+		$$(for p in $(SECOND_COMPILED); do [ ! -d "$$site/$$p" ] || echo "$$site/$$p"; done) >/dev/null && \
+	echo "$$python" >$$stamp
 
 lint: venv
 	$(call TIMED,lint,ansible-lint) $(BIN)/ansible-lint
@@ -110,6 +173,14 @@ lint: venv
 
 unit: venv
 	$(BIN)/pytest -q tests/unit --timings $(TIMINGS)/unit.tsv
+
+# make test's unit tests, each run once: those that need torch (marker torch, tests/conftest.py)
+# by .venv's Python 3.11, the others by the second Python.
+unit-torch: venv
+	$(BIN)/pytest -q tests/unit -m torch --timings $(TIMINGS)/unit.tsv
+
+unit-second: second-venv
+	$(SECOND_BIN)/pytest -q tests/unit -m "not torch" --timings $(TIMINGS)/unit-second.tsv
 
 # Where the suite's time goes: the timings table (every test), and its largest entries at the end.
 integration: venv
@@ -131,4 +202,4 @@ down: venv
 	$(BIN)/pycli cluster down --name $(NAME)
 
 clean: down
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) $(SECOND_VENV) runs

@@ -176,7 +176,7 @@ def report(folder: Path, top: int, markdown: bool) -> str:
     lines = [f"timings ({folder}): the {len(largest)} largest of {len(rows)} entries",
              f"{'wall s':>8}  {'CPU s':>8}  {'setup s':>8}  entry"]
     lines += [f"{r.wall_s:8.1f}  {r.cpu_s:8.1f}  {r.setup_s:8.1f}  {_short(r.part + ': ' + r.entry)}" for r in largest]
-    lines.append("by part (molecule, lint and unit run beside the integration tests): "
+    lines.append("by part (molecule, lint, unit and the second venv run beside the integration tests): "
                  + ", ".join(f"{part} {_minutes(sum(r.wall_s for r in rs))}" for part, rs in parts.items()))
     return "\n".join(lines)
 
