@@ -104,14 +104,15 @@ test-pythons:
 # pycli for their one provisioning by it (PYCLI_TEST_SECOND_PYCLI).
 SIDE_WAIT_S := 300
 SIDE_WAIT = i=0; while [ ! -e $(TIMINGS)/side.go ] && [ $$i -lt $(SIDE_WAIT_S) ]; do sleep 1; i=$$((i+1)); done
-SECOND_WAIT = i=0; while [ ! -e $(TIMINGS)/second-venv.rc ] && [ $$i -lt 3600 ]; do sleep 1; i=$$((i+1)); done
+SECOND_WAIT = i=0; while [ ! -e $(TIMINGS)/second-venv.rc ] && [ $$i -lt 3600 ]; do sleep 1; i=$$((i+1)); done; \
+	[ $$i -eq 0 ] || echo "make test: the unit tests waited $$i s for the second venv"
 
 test-steps:
 	@mkdir -p $(TIMINGS) && rm -f $(TIMINGS)/unit.rc $(TIMINGS)/niced.rc $(TIMINGS)/side.go $(TIMINGS)/second-venv.rc
 	@echo "make test: unit (the tests that need torch on Python 3.11, the others on $(SECOND_PYTHON)), and the second venv, molecule and lint (nice 19), beside the integration tests' first provisioning once its build runs (their output follows the integration tests')"
 	@($(SIDE_WAIT); nice -n 19 $(MAKE) --no-print-directory second-venv >$(TIMINGS)/second-venv.log 2>&1; echo $$? >$(TIMINGS)/second-venv.rc) & \
 	($(SIDE_WAIT); { $(MAKE) --no-print-directory unit-torch; torch=$$?; $(SECOND_WAIT); \
-		if [ "$$(cat $(TIMINGS)/second-venv.rc)" -eq 0 ]; then $(MAKE) --no-print-directory unit-second; else echo "make test: the second venv was not made (its output follows), so its unit tests did not run"; false; fi; \
+		if [ "$$(cat $(TIMINGS)/second-venv.rc)" -eq 0 ]; then $(MAKE) --no-print-directory unit-second; else echo "make test: the second venv was not made (see its output), so its unit tests did not run"; false; fi; \
 		second=$$?; [ "$$torch" -eq 0 ] && [ "$$second" -eq 0 ]; } >$(TIMINGS)/unit.log 2>&1; echo $$? >$(TIMINGS)/unit.rc) & \
 	($(SIDE_WAIT); PYCLI_TEST_NODE_CPU_SHARES=64 nice -n 19 $(MAKE) --no-print-directory molecule lint >$(TIMINGS)/niced.log 2>&1; echo $$? >$(TIMINGS)/niced.rc) & \
 	PYCLI_TEST_SIDE_GO=$(TIMINGS)/side.go PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc PYCLI_TEST_SECOND_PYCLI=$(abspath $(SECOND_BIN))/pycli \
@@ -160,9 +161,10 @@ second-venv: venv
 	set -x; rm -rf $(SECOND_VENV) && \
 	$(call TIMED,second-venv,venv-py$$v) $$python -m venv $(SECOND_VENV) && \
 	$(call TIMED,second-venv,pip-install-py$$v) $(SECOND_BIN)/pip install --quiet --no-compile -e '.[test]' && \
-	site="$(call SITE_PACKAGES,$(SECOND_BIN)/python)" && \
+	{ set +x; site="$(call SITE_PACKAGES,$(SECOND_BIN)/python)"; \
+	  compiled=$$(for p in $(SECOND_COMPILED); do [ ! -d "$$site/$$p" ] || echo "$$site/$$p"; done); set -x; } && \
 	$(call TIMED,second-venv,compileall-py$$v) $(SECOND_BIN)/python -m compileall -q pycli $(NODE_PACKAGE_DIR) workloads tests \
-		$$(for p in $(SECOND_COMPILED); do [ ! -d "$$site/$$p" ] || echo "$$site/$$p"; done) >/dev/null && \
+		$$compiled >/dev/null && \
 	echo "$$python" >$$stamp
 
 lint: venv
