@@ -8,15 +8,18 @@ NODE_PACKAGE_DIR := roles/pycli_node/files/pycli_node
 BIN := $(VENV)/bin
 
 # The controller's Pythons: the ones pyproject.toml admits, those ansible-core 2.19 (the pinned
-# line) runs its controller on. A pythonX.Y on PATH counts only when it runs and answers with that
+# line) runs its controller on. A pythonX.Y counts only when it runs and answers with that
 # version: pyenv puts a shim on PATH for every version it has, which answers "command not found"
-# for those not selected. The venvs' folders are left out of the search (PATH gets .venv/bin below).
+# for those not selected. Looked for on PATH first (the venvs' folders left out: PATH gets
+# .venv/bin below), then among pyenv's installed versions, newest patch first, selected or not
+# (PYENV_ROOT, else ~/.pyenv).
 # $(call find_python,VERSIONS) is the interpreter of the first of VERSIONS that answers so.
 SUPPORTED_PYTHONS := 3.11 3.12 3.13
 HOST_PATH := $(subst $(abspath $(BIN)):,,$(PATH))
 find_python = $(shell PATH='$(HOST_PATH)'; for v in $(1); do \
-	found=$$(python$$v -c 'import sys; print(sys.executable) if "%d.%d" % sys.version_info[:2] == sys.argv[1] else sys.exit(1)' $$v 2>/dev/null) \
-	&& { echo "$$found"; break; }; done)
+	for candidate in python$$v $$(ls -d "$${PYENV_ROOT:-$$HOME/.pyenv}"/versions/$$v.*/bin/python$$v 2>/dev/null | sort -rV); do \
+	found=$$($$candidate -c 'import sys; print(sys.executable) if "%d.%d" % sys.version_info[:2] == sys.argv[1] else sys.exit(1)' $$v 2>/dev/null) \
+	&& { echo "$$found"; break 2; }; done; done)
 # Each is looked for once, and only by the recipes that need it (the eval makes it a plain value).
 # `make demo` and `make venv`: 3.11 where the machine has it, the Python make test runs .venv on and
 # the integration tests prove (one venv for both), else the newest found. PYTHON=... chooses.
