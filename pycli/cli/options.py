@@ -160,20 +160,21 @@ def leading_inventory(
 ) -> tuple[Path | None, list[str]]:
     """An inventory given first among `train`'s or `bench`'s free arguments, and the arguments after it.
 
-    By the word alone, never by what the filesystem holds: the first argument is the inventory
-    unless it is an option's (starts with '-'), a Python script (ends in .py) or one of `workloads`
-    (the built-in workload names). Taken so and missing, it is one line that says the rule; but
-    with the inventory given by -i (`option_given`) a missing one is the workload, for the
-    workload's own check to name (`train resnet50 -i cluster.ini`: unknown workload).
+    By the word, never by what the filesystem holds: the first argument is the inventory unless
+    it is an option's (starts with '-'), a Python script (ends in .py) or one of `workloads` (the
+    built-in workload names). Whether it exists decides only which one-line error comes: taken so
+    and missing, the line says the rule; but with the inventory given by -i (`option_given`) it
+    is the workload, for the workload's own check to name (`train resnet50 -i cluster.ini`:
+    unknown workload).
     """
     if not arguments:
         return None, []
     first = arguments[0]
     if first.startswith("-") or first.endswith(".py") or first in workloads:
         return None, list(arguments)
-    if option_given and workloads and not Path(first).exists():
-        return None, list(arguments)
     if not Path(first).exists():
+        if option_given and workloads:
+            return None, list(arguments)
         named = f"a workload ({', '.join(workloads)} or a .py script) or " if workloads else ""
         raise BadInput(f"{first}: no such inventory; the first argument is {named}an inventory, and the workload's "
                        "own arguments come after '--'")

@@ -166,7 +166,8 @@ def test_interrupting_a_local_process_sends_sigint_to_its_whole_group():
     # SIGINT; the job would inherit that, and neither bash's trap nor the sleep could hear it.
     previous = signal.signal(signal.SIGINT, lambda *_: None)
     try:
-        proc = RemoteProcess(HERE, "trap 'echo interrupted; exit 7' INT; sh -c 'echo started; exec sleep 60'; echo never", "", lines.append)
+        proc = RemoteProcess(HERE, "trap 'echo interrupted; exit 7' INT; sh -c 'echo started; exec sleep 60'; echo never", "",
+                             lines.append)
     finally:
         signal.signal(signal.SIGINT, previous)
     _wait_for(lambda: lines == ["started"])
