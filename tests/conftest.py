@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,26 @@ def ansible_plugins() -> None:
     from ansible.plugins.loader import init_plugin_loader
 
     init_plugin_loader()
+
+
+def process_gone(pid: int) -> bool:
+    """Whether process `pid` has ended: gone from /proc, or a zombie. A process may end between
+    any two reads of /proc, so one read decides (its state follows the last ')' of stat)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state == "Z"
+
+
+def wait_process_gone(pid: int, within_s: float = 10) -> bool:
+    """Whether process `pid` ends within `within_s` seconds."""
+    end = time.monotonic() + within_s
+    while not process_gone(pid):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def run_pycli(*args: str, check: bool = False, env: dict | None = None, timeout: int = 900,

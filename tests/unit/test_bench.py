@@ -47,7 +47,7 @@ from pycli.cluster.node_facts import NodeFacts
 from pycli.core.errors import BadInput
 from pycli.jobs.datasets import digits_dataset
 from pycli.jobs.train import JobRequest
-from tests.conftest import run_pycli
+from tests.conftest import run_pycli, wait_process_gone
 
 WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 CPU_NODES = [NodeCapacity(f"node{i}", cpus=2, gpus=0, torch="2.13.0", horovod="0.28.1",
@@ -375,14 +375,6 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _gone(pid: int) -> bool:
-    for _ in range(50):
-        if not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]:
-            return True
-        subprocess.run(["sleep", "0.1"])
-    return False
-
-
 def test_iperf3_server_listens_before_its_start_line_returns_and_its_stop_removes_it(tmp_path):
     """The start and stop lines, run here in bash; the stand-in listens a second after it starts,
     as a busy node's server may: the start line returns only once the port takes connections."""
@@ -398,7 +390,7 @@ def test_iperf3_server_listens_before_its_start_line_returns_and_its_stop_remove
     assert Path(f"/proc/{pid}").exists()
     subprocess.run(["bash", "-c", tcp_stop_command(str(folder))], env=env, check=True)
     assert not folder.exists() and list((tmp_path / "tmp").iterdir()) == []
-    assert _gone(pid), "the iperf3 server was not stopped"
+    assert wait_process_gone(pid, within_s=5), "the iperf3 server was not stopped"
 
 
 def test_an_iperf3_server_that_cannot_listen_fails_its_start_line_in_its_own_words(tmp_path):

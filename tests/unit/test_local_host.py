@@ -23,6 +23,7 @@ from pycli.core.errors import EXIT_INTERRUPTED
 from pycli.jobs import processes as job_processes
 from pycli.jobs.launch import launch_commands
 from pycli_node.gpu_reports import count_listed_gpus
+from tests.conftest import process_gone, wait_process_gone
 from tests.unit.test_train_plan import plan
 
 HERE = Host(LOCAL_HOST_NAME, LOCAL_HOST_NAME, slots=4, local=True)
@@ -132,28 +133,11 @@ def test_a_local_hosts_hung_command_ends_at_its_timeout_with_what_it_started(tmp
     answers = ssh_each([(HERE, f"sleep 300 & echo $! > {shlex.quote(str(pid_file))}; wait")], timeout_s=1)
     answer = answers[LOCAL_HOST_NAME]
     assert time.monotonic() - started < 20 and not answer.ok and "no answer within 1 s" in answer.stderr, answer
-    assert _wait_gone(int(pid_file.read_text()))
+    assert wait_process_gone(int(pid_file.read_text()))
     started = time.monotonic()
     stream = nodes.ssh_stream(HERE, f"sleep 300 & echo $! > {shlex.quote(str(pid_file))}; wait", timeout_s=1)
     assert time.monotonic() - started < 20 and not stream.ok and "no answer within 1 s" in stream.stderr, stream
-    assert _wait_gone(int(pid_file.read_text()))
-
-
-def _gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return True
-    return state == "Z"
-
-
-def _wait_gone(pid: int, within_s: float = 10) -> bool:
-    end = time.monotonic() + within_s
-    while time.monotonic() < end:
-        if _gone(pid):
-            return True
-        time.sleep(0.05)
-    return False
+    assert wait_process_gone(int(pid_file.read_text()))
 
 
 def test_interrupting_a_local_process_sends_sigint_to_its_whole_group():
@@ -184,10 +168,10 @@ def test_killing_a_local_process_kills_what_it_started_too():
     child = int(lines[0])
     proc.interrupt()  # SIGINT ignored by both: nothing ends
     time.sleep(0.3)
-    assert proc.proc.poll() is None and not _gone(child)
+    assert proc.proc.poll() is None and not process_gone(child)
     proc.kill()
     assert proc.wait(timeout=10) == -signal.SIGKILL
-    assert _wait_gone(child), f"pid {child} outlived kill()"
+    assert wait_process_gone(child), f"pid {child} outlived kill()"
 
 
 def _wait_for(condition, within_s: float = 10) -> None:
