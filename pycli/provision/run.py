@@ -123,7 +123,7 @@ def drain_again(cluster: Cluster, request: ProvisionRequest, view: ProvisionView
 
 def provision(cluster: Cluster, request: ProvisionRequest, console: Console | None = None) -> int:
     """Apply the playbook to the cluster's nodes; return the exit code the design names."""
-    console = console or Console(soft_wrap=True)
+    console = console or Console(soft_wrap=True, markup=False)  # paths, task names and messages as they are
     build_request(cluster, request)  # bad input is refused before the run folders are read
     if request.retry:
         last_run, unfinished = last_unfinished(cluster, runs_dir())

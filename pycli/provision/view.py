@@ -197,14 +197,15 @@ class RunDisplay:
             return
         if self.verbosity:
             return
+        # Play names and notes are Ansible's words, printed as they are: "[nodes]" is no markup.
         if self.view.play != play_before:
-            self.console.print(f"play: {self.view.play}")
+            self.console.print(f"play: {self.view.play}", markup=False)
         while self.notes_shown < len(self.view.notes):
-            self.console.print(f"  {self.view.notes[self.notes_shown]}")
+            self.console.print(f"  {self.view.notes[self.notes_shown]}", markup=False)
             self.notes_shown += 1
 
     def show_recap(self, with_notes: bool = True) -> None:
         """The table of every host's result, then the failures not printed yet."""
         self.console.print(self.view.table(False))
         for note in self.view.notes[self.notes_shown:] if with_notes else []:
-            self.console.print(f"  {note}")
+            self.console.print(f"  {note}", markup=False)

@@ -408,6 +408,19 @@ def test_with_verbosity_nothing_is_printed_during_the_run_and_the_recap_holds_ev
     assert "  n1: apt: no space" in console.export_text()
 
 
+def test_square_brackets_in_a_play_or_a_message_are_printed_as_they_are():
+    console = Console(record=True, width=200, force_terminal=False)
+    view = ProvisionView(["n1"], clock=Clock())
+    display = RunDisplay(view, console)
+    display.on_event(ev("playbook_on_play_start", play="Hosts of [nodes]"))
+    display.on_event(ev("runner_on_failed", "n1", task="Check", res={"msg": "name the group [slurm_controller] in the inventory"}))
+    display.on_event(ev("runner_on_failed", "n1", task="Again", res={"msg": "[bold]not bold[/bold]"}))
+    display.show_recap()
+    text = console.export_text()
+    assert "play: Hosts of [nodes]" in text and "n1: Check: name the group [slurm_controller] in the inventory" in text
+    assert "n1: Again: [bold]not bold[/bold]" in text
+
+
 def test_on_a_terminal_the_live_table_follows_the_events_and_is_gone_after_the_run():
     console = Console(record=True, width=200, height=40, force_terminal=True)
     view = ProvisionView(["n1"], clock=Clock())
