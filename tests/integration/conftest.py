@@ -10,13 +10,16 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.conftest import PYCLI, TEST_CA_BUNDLE, run_pycli
+from tests.conftest import PYCLI, ROOT, TEST_CA_BUNDLE, run_pycli
 
 # One cluster per test session, so sessions running side by side never share nodes.
 CLUSTER = f"pytest-{os.getpid()}"
 # The tests that need a third node share one more cluster, started only when one of them runs.
 CLUSTER3 = f"pytest3-{os.getpid()}"
+# The nodes' shared venv, as the common role makes it.
+NODE_VENV = yaml.safe_load((ROOT / "roles" / "common" / "defaults" / "main.yml").read_text())["common_venv_path"]
 
 
 def node_run(node: str, *argv: str, cluster: str = CLUSTER) -> tuple[int, str]:

@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 from tests.conftest import run_pycli
-from tests.integration.conftest import node_shell
+from tests.integration.conftest import NODE_VENV, node_shell
 
 pytestmark = pytest.mark.integration
 TINY_SYNTHETIC = ["--width", "8", "--image-size", "32", "--batch-size", "4", "--num-warmup-batches", "1",
@@ -87,12 +87,12 @@ def test_bench_mpi_and_gloo_on_one_and_two_processes_writes_sane_files(provision
 
 
 def test_check_stops_at_same_software_when_horovod_leaves_node2(provisioned_cluster, tmp_path):
-    aside = "/opt/pycli/venv/horovod.set-aside-by-test"
-    _on_node2(f"mv /opt/pycli/venv/lib/python3*/site-packages/horovod {aside}")
+    aside = f"{NODE_VENV}/horovod.set-aside-by-test"
+    _on_node2(f"mv {NODE_VENV}/lib/python3*/site-packages/horovod {aside}")
     try:
         code, summary = _check(provisioned_cluster, tmp_path)
     finally:
-        _on_node2(f"mv {aside} \"$(echo /opt/pycli/venv/lib/python3*/site-packages)/horovod\"")
+        _on_node2(f"mv {aside} \"$(echo {NODE_VENV}/lib/python3*/site-packages)/horovod\"")
     assert code == 1 and summary["failed_gate"] == "same_software"
     gate = next(gate for gate in summary["gates"] if gate["name"] == "same_software")
     assert re.search(r"Horovod differs: node1 \d\S*, node2 not installed", gate["message"])

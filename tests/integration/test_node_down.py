@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PYCLI, ROOT, run_pycli
-from tests.integration.conftest import CLUSTER, node_run
+from tests.integration.conftest import CLUSTER, NODE_VENV, node_run
 from tests.integration.test_top import top_frame
 
 pytestmark = pytest.mark.integration
@@ -93,7 +93,7 @@ def _node1_trusts_node2(inventory: Path) -> None:
 
 
 def _check_build_on_node1() -> str:
-    code, output = node_run("node1", "/opt/pycli/venv/bin/horovodrun", "--check-build")
+    code, output = node_run("node1", f"{NODE_VENV}/bin/horovodrun", "--check-build")
     assert code == 0, output
     return output
 

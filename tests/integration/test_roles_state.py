@@ -17,7 +17,7 @@ import yaml
 
 from pycli.local.plan import LOCAL_BED_VARS
 from tests.conftest import ANSIBLE_PLAYBOOK, ROOT, run_pycli
-from tests.integration.conftest import CLUSTER, node_run
+from tests.integration.conftest import CLUSTER, NODE_VENV, node_run
 from tests.integration.test_cache_stage import changed_tasks, ok_events
 from tests.integration.test_node_down import _address
 
@@ -62,7 +62,7 @@ def test_the_builds_record_their_versions_and_flags_and_horovod_carries_the_patc
         assert horovod["version"] == HOROVOD_VERSION, horovod
         assert horovod["build_env"]["HOROVOD_WITH_MPI"] == "1" and horovod["build_env"]["HOROVOD_WITH_GLOO"] == "1"
         # The shipped source patch adds HandleManager::WaitHandle (ranks wait without spinning).
-        code, out = node_run(node, "sh", "-c", "grep -c WaitHandle $(find /opt/pycli/venv/lib -name 'mpi_lib_v2*.so')")
+        code, out = node_run(node, "sh", "-c", f"grep -c WaitHandle $(find {NODE_VENV}/lib -name 'mpi_lib_v2*.so')")
         assert code == 0 and int(out.strip()) > 0, f"{node}: Horovod's PyTorch extension lacks the patch: {out}"
 
 
