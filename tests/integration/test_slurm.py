@@ -5,6 +5,7 @@ Ctrl-C; drain and Slurm's health check keep jobs off a node."""
 
 import io
 import json
+import os
 import re
 import signal
 import subprocess
@@ -18,7 +19,7 @@ import pytest
 
 from pycli.core.paths import state_dir
 from tests.conftest import ROOT, run_pycli
-from tests.integration.conftest import CLUSTER, node_run
+from tests.integration.conftest import CLUSTER, NODE_VENV, node_run
 from tests.integration.test_cache_stage import changed_tasks, site_yml_as_typed
 from tests.integration.test_train import RDZV_SOONER
 
@@ -168,7 +169,7 @@ def test_srun_starts_open_mpi_ranks_through_slurms_pmi2(slurm_cluster):
                "total = hvd.allreduce(torch.tensor([float(hvd.rank())]), op=hvd.Sum); "
                "print(f'rank {hvd.rank()} of {hvd.size()} sum {int(total.item())}', flush=True)")
     code, out = node_run("node1", "srun", "--mpi=pmi2", "--nodes=2", "--ntasks-per-node=2", "--time=5",
-                         "/opt/pycli/venv/bin/python", "-c", program)
+                         f"{NODE_VENV}/bin/python", "-c", program)
     assert code == 0, out
     assert sorted(line for line in out.splitlines() if line.startswith("rank ")) == [
         f"rank {rank} of 4 sum 6" for rank in range(4)], out
@@ -299,8 +300,10 @@ def test_secrets_stay_secret(slurm_cluster):
     assert code == 0 and len(password) >= 16
     code, key = node_run("node1", "base64", "-w0", "/etc/munge/munge.key")
     assert code == 0
-    for folder in (ROOT / "runs", ROOT):
-        found = subprocess.run(["grep", "-rlF", "--exclude-dir=.git", "--exclude-dir=.venv", "-e", password, "-e", key[:40],
+    # The run folders of this session's pycli (PYCLI_RUNS: its Ansible events and extra vars), and
+    # the repository but for its git objects and venvs (hundreds of MB that pycli never writes).
+    for folder in (Path(os.environ["PYCLI_RUNS"]), ROOT):
+        found = subprocess.run(["grep", "-rlF", "--exclude-dir=.git", "--exclude-dir=.venv*", "-e", password, "-e", key[:40],
                                 str(folder)], capture_output=True, text=True)
         assert found.stdout == "", f"a secret is in {found.stdout}"
 
