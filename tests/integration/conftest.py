@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -129,7 +130,7 @@ def _say_when_the_build_runs(runs: Path, marker: Path, ended: threading.Event) -
 
 
 @pytest.fixture(scope="session")
-def first_provisioning(local_cluster) -> Path:
+def first_provisioning(request, local_cluster, tmp_path_factory) -> Path:
     """The run folder of the session's first `pycli provision` (site.yml) of its cluster.
 
     With an empty cache (CI) it builds Open MPI and Horovod (10 to 20 minutes on 2 cores);
@@ -150,6 +151,7 @@ def first_provisioning(local_cluster) -> Path:
         raise AssertionError(f"pycli provision exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
     found = re.search(r"; run folder (\S+)", proc.stdout)  # provisioning's first line
     assert found, proc.stdout[:2000]
+    _start_three_nodes(request.session, tmp_path_factory)
     return Path(found.group(1))
 
 
@@ -180,20 +182,113 @@ def _wait_for_the_parts_beside(limit_s: float = 3600) -> None:
         print(f"\nwaited {waited:.0f} s for the unit tests to end")
 
 
+# The 3-node cluster is made while the 2-node one's tests run: its `cluster up` and its
+# provisioning (from the cache the first provisioning filled) start once that provisioning has
+# ended, at the lowest priority (nice 19 here, a CPU weight of 64 for its node containers, which
+# no nice value reaches, against a node's 1024), so they take the cores the 2-node tests leave
+# idle (waiting on a dead node, a timeout, Slurm) and not those they use; and the tests that need
+# it run last (pytest_collection_modifyitems). Its fixture gives the nodes their weight back
+# before any of them runs: what they measure (check --deep's compute and links) sees whole nodes.
+THREE_NODES_FIXTURE = "three_nodes"
+LOW_CPU_SHARES, NODE_CPU_SHARES = 64, 1024
+LOW_PRIORITY = ["nice", "-n", "19"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests of the 3-node cluster after all others, each kind in its own order."""
+    items.sort(key=lambda item: THREE_NODES_FIXTURE in getattr(item, "fixturenames", ()))
+
+
+class _ThreeNodes(threading.Thread):
+    """`pycli cluster up` and `pycli provision` of the 3-node cluster, in the background, and
+    `pycli cluster down` once the session ends (stopping what still runs)."""
+
+    def __init__(self, inventory: Path) -> None:
+        super().__init__(daemon=True, name="three-nodes")
+        self.inventory = inventory
+        self.failure: str | None = None
+        self._proc: subprocess.Popen | None = None
+        self._stopping = False
+
+    def _pycli(self, *args: str, env: dict | None = None, timeout: float = 3600) -> tuple[int, str]:
+        if self._stopping:
+            return 1, "stopped: the session ended"
+        self._proc = subprocess.Popen([*LOW_PRIORITY, *PYCLI, *args], cwd=ROOT, env={**os.environ, **(env or {})},
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            out, _ = self._proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            out, _ = self._proc.communicate()
+            out += f"\n(stopped after {timeout:.0f} s)"
+        return self._proc.returncode, out
+
+    def run(self) -> None:
+        try:
+            self._make()
+        except Exception as error:  # noqa: BLE001 - the fixture says it, with the test that needs the cluster
+            self.failure = f"making the 3-node cluster failed: {error!r}"
+
+    def _make(self) -> None:
+        code, out = self._pycli("cluster", "up", "--name", CLUSTER3, "--nodes", "3", "--slots", "1",
+                                "--output", str(self.inventory), "--ca-bundle", TEST_CA_BUNDLE, timeout=900)
+        if code != 0:
+            self.failure = f"pycli cluster up --name {CLUSTER3} exited {code}:\n{out}"
+            return
+        _cpu_shares(LOW_CPU_SHARES)
+        code, out = self._pycli("provision", str(self.inventory), "--skip-tags", "docker",
+                                env={"PYCLI_RUNS": str(self.inventory.parent / "runs")})
+        if code != 0:
+            self.failure = f"pycli provision of {CLUSTER3} exited {code}:\n{out[-6000:]}"
+
+    def end(self) -> None:
+        """Stop what still runs (pycli ends its Ansible on SIGINT, as on Ctrl-C), then the cluster goes."""
+        self._stopping = True
+        if self.is_alive() and self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGINT)
+        self.join(timeout=120)
+        if not os.environ.get("PYCLI_KEEP_TEST_CLUSTER"):
+            run_pycli("cluster", "down", "--name", CLUSTER3)
+
+
+def _cpu_shares(shares: int) -> None:
+    from pycli.local.plan import container_name
+
+    nodes = [container_name(CLUSTER3, f"node{i}") for i in (1, 2, 3)]
+    subprocess.run(["docker", "update", "--cpu-shares", str(shares), *nodes], check=True, capture_output=True)
+
+
+def _start_three_nodes(session: pytest.Session, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Start making the 3-node cluster where a test of this session needs it."""
+    if any(THREE_NODES_FIXTURE in getattr(item, "fixturenames", ()) for item in session.items):
+        _made_here(session.config, tmp_path_factory)
+
+
+def _made_here(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> _ThreeNodes:
+    maker = _ThreeNodes(tmp_path_factory.mktemp("cluster3") / f"local-{CLUSTER3}.ini")
+    config.stash[_THREE_NODES_KEY] = maker
+    config.add_cleanup(maker.end)
+    maker.start()
+    return maker
+
+
+_THREE_NODES_KEY = pytest.StashKey[_ThreeNodes]()
+
+
 @pytest.fixture(scope="session")
-def three_nodes(docker_engine, tmp_path_factory) -> Path:
+def three_nodes(request, docker_engine, tmp_path_factory) -> Path:
     """A 3-node cluster, provisioned (Docker left out: no job containers here), for the tests
     that need a third node (check --deep's pairs, SSH trust between more than two nodes,
     artifacts passed from node to node). The provisioning's run folder is in runs/ beside
-    the inventory."""
-    inventory = tmp_path_factory.mktemp("cluster3") / f"local-{CLUSTER3}.ini"
-    run_pycli("cluster", "up", "--name", CLUSTER3, "--nodes", "3", "--slots", "1", "--output", str(inventory),
-              "--ca-bundle", TEST_CA_BUNDLE, check=True)
-    try:
-        proc = run_pycli("provision", str(inventory), "--skip-tags", "docker", timeout=3600,
-                         env={"PYCLI_RUNS": str(inventory.parent / "runs")})
-        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-        yield inventory
-    finally:
-        if not os.environ.get("PYCLI_KEEP_TEST_CLUSTER"):
-            run_pycli("cluster", "down", "--name", CLUSTER3, check=True)
+    the inventory. Made in the background once the first provisioning has ended (above), or
+    here where no first provisioning ran."""
+    maker = request.config.stash.get(_THREE_NODES_KEY, None) or _made_here(request.config, tmp_path_factory)
+    started = time.monotonic()
+    maker.join(timeout=3600)
+    waited = time.monotonic() - started
+    if waited > 1:
+        print(f"\nwaited {waited:.0f} s for the 3-node cluster")
+    assert not maker.is_alive(), "the 3-node cluster was not made within 3600 s"
+    assert maker.failure is None, maker.failure
+    _cpu_shares(NODE_CPU_SHARES)
+    return maker.inventory
