@@ -89,37 +89,41 @@ test-pythons:
 	@v="$(if $(SECOND_PYTHON),$(call python_version,$(SECOND_PYTHON)))"; case "$$v" in 3.12|3.13) ;; *) echo "make test: it proves pycli on a second Python beside 3.11, $(if $(SECOND_PYTHON),and SECOND_PYTHON=$(SECOND_PYTHON) is $${v:+Python }$${v:-no Python that runs}: pass one of 3.13 or 3.12,and no python3.13 or python3.12 answers here: install one or pass SECOND_PYTHON=/path/to/python3.X)" >&2; exit 2;; esac
 
 # The parts that need no cluster of the integration tests' (molecule, lint, unit) run beside
-# the integration tests' first cluster and its provisioning (on CI: the cold Open MPI and Horovod
-# build). The unit tests, some of which time things, run at the usual priority, and the
-# integration tests start only once they have ended (PYCLI_TEST_AFTER,
+# them. The unit tests, some of which time things, run at the usual priority beside the
+# integration tests' first cluster and its provisioning (on CI: the cold Open MPI and Horovod
+# build), and the integration tests start only once they have ended (PYCLI_TEST_AFTER,
 # tests/integration/conftest.py), so no test that times something shares the cores with them.
-# Molecule and lint time nothing: they run at the lowest priority (nice 19), and molecule's node
-# containers, which do not inherit a nice value, at a CPU weight of 64 against a node's 1024
-# (PYCLI_TEST_NODE_CPU_SHARES, molecule/resources/tasks/node_cpu_share.yml), so the build, which the
-# whole run waits for, keeps the cores, and they take what it leaves (into the integration tests
-# if need be). Their output comes after the integration tests'.
-# All of them start once the first provisioning has started its Open MPI build in the background
+# They start once the first provisioning has started its Open MPI build in the background
 # (PYCLI_TEST_SIDE_GO, tests/integration/conftest.py), not while the build still waits in line
 # for the build tools; at the latest after SIDE_WAIT_S.
-# The second Python's venv is made then too, at nice 19 as well (about a minute of CPU); the
-# unit tests run those that need torch under 3.11 first and wait for it for the others
-# (unit-torch, unit-second), and the integration tests, which wait for the unit tests, get its
-# pycli for their one provisioning by it (PYCLI_TEST_SECOND_PYCLI).
+# The second Python's venv is made then too, at nice 19 (about a minute of CPU); the unit tests
+# run those that need torch under 3.11 first and wait for it for the others (unit-torch,
+# unit-second), and the integration tests, which wait for the unit tests, get its pycli for
+# their one provisioning by it (PYCLI_TEST_SECOND_PYCLI).
+# Molecule and lint time nothing, and the first provisioning, which the whole run waits for, is
+# CPU-bound from end to end, while the integration tests after it leave the cores idle for
+# minutes (waiting on a dead node, a timeout, a poll). So they start once the first provisioning
+# has ended (PYCLI_TEST_PROVISIONED; at the latest when the integration tests end) and run at the
+# lowest priority (nice 19), and molecule's node containers, which do not inherit a nice value,
+# at a CPU weight of 64 against a node's 1024 (PYCLI_TEST_NODE_CPU_SHARES,
+# molecule/resources/tasks/node_cpu_share.yml): they take what the integration tests leave.
+# Their output comes after the integration tests'.
 SIDE_WAIT_S := 300
 SIDE_WAIT = i=0; while [ ! -e $(TIMINGS)/side.go ] && [ $$i -lt $(SIDE_WAIT_S) ]; do sleep 1; i=$$((i+1)); done
+PROVISIONED_WAIT = while [ ! -e $(TIMINGS)/provisioned.go ]; do sleep 1; done
 SECOND_WAIT = i=0; while [ ! -e $(TIMINGS)/second-venv.rc ] && [ $$i -lt 3600 ]; do sleep 1; i=$$((i+1)); done; \
 	[ $$i -eq 0 ] || echo "make test: the unit tests waited $$i s for the second venv"
 
 test-steps:
-	@mkdir -p $(TIMINGS) && rm -f $(TIMINGS)/unit.rc $(TIMINGS)/niced.rc $(TIMINGS)/side.go $(TIMINGS)/second-venv.rc
-	@echo "make test: unit (the tests that need torch on Python 3.11, the others on $(SECOND_PYTHON)), and the second venv, molecule and lint (nice 19), beside the integration tests' first provisioning once its build runs (their output follows the integration tests')"
+	@mkdir -p $(TIMINGS) && rm -f $(TIMINGS)/unit.rc $(TIMINGS)/niced.rc $(TIMINGS)/side.go $(TIMINGS)/provisioned.go $(TIMINGS)/second-venv.rc
+	@echo "make test: unit (the tests that need torch on Python 3.11, the others on $(SECOND_PYTHON)), and the second venv (nice 19), beside the integration tests' first provisioning once its build runs; molecule and lint (nice 19) beside the integration tests once it has ended (their output follows the integration tests')"
 	@($(SIDE_WAIT); nice -n 19 $(MAKE) --no-print-directory second-venv >$(TIMINGS)/second-venv.log 2>&1; echo $$? >$(TIMINGS)/second-venv.rc) & \
 	($(SIDE_WAIT); { $(MAKE) --no-print-directory unit-torch; torch=$$?; $(SECOND_WAIT); \
 		if [ "$$(cat $(TIMINGS)/second-venv.rc)" -eq 0 ]; then $(MAKE) --no-print-directory unit-second; else echo "make test: the second venv was not made (see its output), so its unit tests did not run"; false; fi; \
 		second=$$?; [ "$$torch" -eq 0 ] && [ "$$second" -eq 0 ]; } >$(TIMINGS)/unit.log 2>&1; echo $$? >$(TIMINGS)/unit.rc) & \
-	($(SIDE_WAIT); PYCLI_TEST_NODE_CPU_SHARES=64 nice -n 19 $(MAKE) --no-print-directory molecule lint >$(TIMINGS)/niced.log 2>&1; echo $$? >$(TIMINGS)/niced.rc) & \
-	PYCLI_TEST_SIDE_GO=$(TIMINGS)/side.go PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc PYCLI_TEST_SECOND_PYCLI=$(abspath $(SECOND_BIN))/pycli \
-		$(MAKE) --no-print-directory integration; integration=$$?; \
+	($(PROVISIONED_WAIT); PYCLI_TEST_NODE_CPU_SHARES=64 nice -n 19 $(MAKE) --no-print-directory molecule lint >$(TIMINGS)/niced.log 2>&1; echo $$? >$(TIMINGS)/niced.rc) & \
+	PYCLI_TEST_SIDE_GO=$(TIMINGS)/side.go PYCLI_TEST_PROVISIONED=$(TIMINGS)/provisioned.go PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc PYCLI_TEST_SECOND_PYCLI=$(abspath $(SECOND_BIN))/pycli \
+		$(MAKE) --no-print-directory integration; integration=$$?; touch $(TIMINGS)/provisioned.go; \
 	wait; echo "make test: the output of molecule and lint:"; cat $(TIMINGS)/niced.log; \
 	echo "make test: the output of the second venv:"; cat $(TIMINGS)/second-venv.log; \
 	echo "make test: the output of unit:"; cat $(TIMINGS)/unit.log; \

@@ -104,7 +104,7 @@ def second_pycli() -> list[str]:
     return [path]
 
 
-# `make test` starts its parts that need no cluster (unit, molecule, lint) only once the first
+# `make test` starts the unit tests and the second venv only once the first
 # provisioning is past what its Open MPI build waits for in line (the checks, the build tools),
 # which they would slow; then the build runs in the background and they take the cores beside
 # it. PYCLI_TEST_SIDE_GO names the file that says so; this play is the first after the build's start.
@@ -144,6 +144,9 @@ def first_provisioning(request, local_cluster, tmp_path_factory) -> Path:
         proc = run_pycli("provision", str(local_cluster), timeout=3600)
     finally:
         ended.set()
+        # make test starts molecule and lint once the provisioning has ended, well or not (Makefile).
+        if provisioned := os.environ.get("PYCLI_TEST_PROVISIONED"):
+            Path(provisioned).touch()
     if proc.returncode != 0:
         raise AssertionError(f"pycli provision exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
     found = re.search(r"; run folder (\S+)", proc.stdout)  # provisioning's first line
@@ -156,10 +159,10 @@ def first_provisioning(request, local_cluster, tmp_path_factory) -> Path:
 def provisioned_cluster(local_cluster, first_provisioning) -> Path:
     """The session's cluster after `pycli provision` (site.yml): Open MPI, Horovod, SSH trust.
 
-    Under `make test` the parts that need no cluster run beside the first provisioning; the
-    tests wait here until the unit tests have ended (the file PYCLI_TEST_AFTER names exists), so
-    that no test that times something shares the cores with them (molecule and lint, which time
-    nothing, may go on at the lowest priority).
+    Under `make test` the unit tests run beside the first provisioning; the tests wait here
+    until they have ended (the file PYCLI_TEST_AFTER names exists), so that no test that times
+    something shares the cores with them (molecule and lint, which time nothing, start once the
+    first provisioning has ended, at the lowest priority).
     """
     _wait_for_the_parts_beside()
     return local_cluster
