@@ -70,6 +70,16 @@ def train_cmd(
         None, "--scheduler", help="slurm: submit through Slurm's queue (sbatch; the default where the inventory has "
         "a [slurm_controller]); ssh: start the ranks over SSH, outside any queue.", show_default=False,
     ),
+    gpus_per_node: int | None = typer.Option(
+        None, "--gpus-per-node", metavar="N",
+        help="GPUs the job gets on each of its nodes (through Slurm its --gres; over SSH the first N, as "
+        "CUDA_VISIBLE_DEVICES). Default: one per rank on nodes that have GPUs.", show_default=False,
+    ),
+    account: str | None = typer.Option(None, "--account", help="Slurm account to charge the job to (sbatch --account).",
+                                       show_default=False),
+    qos: str | None = typer.Option(None, "--qos", help="Slurm QOS of the job (sbatch --qos).", show_default=False),
+    partition: str | None = typer.Option(None, "--partition", help="Slurm partition to queue the job in (sbatch --partition).",
+                                         show_default=False),
     docker_opt: list[str] = typer.Option(
         None, "--docker-opt", metavar="OPTIONS",
         help="More 'docker run' options for the job containers, e.g. --docker-opt='-v /data:/data' (repeatable).",
@@ -112,5 +122,6 @@ def train_cmd(
         time_limit_s=time_limit, max_restarts=max_restarts, elastic_restarts=elastic_restarts,
         min_np=min_np, elastic=elastic,
         threads_per_rank=threads_per_rank, env=tuple(env or ()), autotune=autotune, scheduler=scheduler,
+        gpus_per_node=gpus_per_node, account=account, qos=qos, partition=partition,
     )
     raise typer.Exit(run_job(cluster, request).code)

@@ -27,7 +27,7 @@ from pycli.cluster.nodes import SSH_FAILED, SSH_TIMEOUT_S, NodeOutput, ssh_each,
 from pycli.core.errors import BadInput, PycliError, Unreachable, warn
 from pycli.core.paths import NODE_PACKAGE, WORKLOADS_DIR
 from pycli.jobs import trust as job_trust
-from pycli.jobs.launch import AUTOTUNE_LOG, METRICS_FILE, JobPlan, stray_sweep_line
+from pycli.jobs.launch import AUTOTUNE_LOG, METRICS_FILE, JobPlan, gpus_short, stray_sweep_line
 
 STAGE_SCRIPT = NODE_PACKAGE / "stage-job.sh"
 # What a digest covers of a folder: every file but Python's byte-code caches.
@@ -216,6 +216,9 @@ def stage(plan: JobPlan, run_dir: Path, container_files: Path | None = None, dis
     if peers and (untrusted := job_trust.parse_probe(checks[plan.rank0.name].stdout)):
         raise job_trust.Untrusted(plan, untrusted)
     said = {name: parse_stage(out.stdout) for name, out in checks.items()}
+    if (short := gpus_short(plan.request.gpus_per_node, [(h.name, said[h.name].gpus) for h in plan.hosts],
+                            "as staging counted them")) is not None:
+        raise BadInput(short)
     log = [f"{name}: cores {s.cpus}, GPUs {s.gpus}; lacked {', '.join(sorted(s.needs)) or 'nothing'}; removed old job folders "
            f"{', '.join(s.removed) or 'none'}" for name, s in said.items()]
     receive = {host: [i for i in items if i.digest in said[host.name].needs] for host in plan.hosts}

@@ -42,6 +42,8 @@ TORCHRUN_PORT = 29400
 DEFAULT_ELASTIC_RESTARTS = 3
 # The threads of each rank: torch, OpenMP and MKL read it; torchrun keeps a value it is given.
 THREADS_VAR = "OMP_NUM_THREADS"
+# The GPUs a process may see, by index: CUDA reads it, Slurm sets it for a job's GPUs.
+GPUS_VAR = "CUDA_VISIBLE_DEVICES"
 # Horovod's run settings for jobs on nodes without GPUs (horovodrun and mpirun); --env
 # overrides them. Chosen by measurement (docs/bench.md): Horovod's background thread runs a
 # round of coordination between the ranks every cycle (1 ms by default), busy or not, and on
@@ -380,15 +382,33 @@ def torchrun_argv(plan: JobPlan, node_rank: int) -> list[str]:
 
 
 def cpu_only(plan: JobPlan) -> bool:
-    """Staging found no GPU on any node of the job."""
-    return bool(plan.node_gpus) and not any(gpus for _, gpus in plan.node_gpus)
+    """The job has no GPU: it asked for none (--gpus-per-node 0), or staging found none on any of its nodes."""
+    return plan.request.gpus_per_node == 0 or (bool(plan.node_gpus) and not any(gpus for _, gpus in plan.node_gpus))
+
+
+def gpus_short(asked: int | None, counts: Sequence[tuple[str, int]], counted_by: str) -> str | None:
+    """The line that refuses --gpus-per-node where a node of the job has fewer GPUs; None where each has enough."""
+    short = [f"{name} has {gpus}" for name, gpus in counts if asked is not None and gpus < asked]
+    if not short:
+        return None
+    return f"--gpus-per-node {asked}: more GPUs than a node of the job has ({', '.join(short)}, {counted_by})"
+
+
+def job_gpus_env(plan: JobPlan) -> list[str]:
+    """The GPUs a job's ranks see, where pycli gives them out: over SSH with --gpus-per-node N, the
+    first N of each node (CUDA_VISIBLE_DEVICES; empty for none). Through Slurm, Slurm sets it to
+    the GPUs it allocated the job on each node."""
+    asked = plan.request.gpus_per_node
+    if asked is None or plan.slurm:
+        return []
+    return [f"{GPUS_VAR}={','.join(str(index) for index in range(asked))}"]
 
 
 def launch_env(plan: JobPlan) -> list[str]:
     """NAME=VALUE settings of the job beyond threads: Horovod's run settings where Horovod runs
-    the collectives on CPUs, then the user's --env (the later wins)."""
+    the collectives on CPUs, the GPUs the job sees, then the user's --env (the later wins)."""
     own = list(HOROVOD_CPU_ENV) if plan.launcher in ("horovod", "mpirun") and cpu_only(plan) else []
-    return [*own, *plan.request.env]
+    return [*own, *job_gpus_env(plan), *plan.request.env]
 
 
 def remote_shell(plan: JobPlan, argv: Sequence[str], hosts: Sequence[Host] | None = None) -> str:

@@ -42,4 +42,15 @@ class JobRequest:
     # inventory has it (pycli.jobs.slurm.choose_scheduler). The gates of `pycli check` and `pycli bench`
     # measure the nodes themselves and start their jobs over SSH.
     scheduler: str | None = "ssh"
+    # --gpus-per-node: the GPUs the job gets on each of its nodes (through Slurm its --gres; over
+    # SSH the first N, as CUDA_VISIBLE_DEVICES); None: one per rank on nodes that have GPUs.
+    gpus_per_node: int | None = None
+    # --account, --qos, --partition: Slurm's, passed to sbatch as given (pycli.jobs.slurm.queue_options).
+    account: str | None = None
+    qos: str | None = None
+    partition: str | None = None
 
+    @property
+    def queue(self) -> dict[str, str | None]:
+        """The flags only Slurm has, by name (pycli.jobs.slurm.QUEUE_FLAGS)."""
+        return {"account": self.account, "qos": self.qos, "partition": self.partition}

@@ -53,6 +53,26 @@ def choose_scheduler(asked: str | None, has_slurm: bool) -> str:
     return asked
 
 
+# `pycli train`'s flags that only Slurm has, each with what Slurm calls the thing it names.
+QUEUE_FLAGS = {"account": "account", "qos": "QOS", "partition": "partition"}
+# A name sacctmgr and slurm.conf take as it is: no quoting, no list or option separators.
+SLURM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def queue_options(asked: Mapping[str, str | None], scheduler: str) -> tuple[tuple[str, str], ...]:
+    """--account, --qos and --partition as sbatch takes them, each checked to be a Slurm name;
+    refused in one line where the job does not go through Slurm's queue."""
+    given = {flag: value for flag, value in asked.items() if value is not None}
+    if given and scheduler != SLURM:
+        flags = " ".join(f"--{flag} {value}" for flag, value in given.items())
+        raise BadInput(f"{flags}: Slurm's, and this job starts over SSH, outside any queue; drop "
+                       f"{'them' if len(given) > 1 else 'it'} or run the job through Slurm (--scheduler slurm)")
+    for flag, value in given.items():
+        if not SLURM_NAME.fullmatch(value):
+            raise BadInput(f"--{flag} {value!r}: give a Slurm {QUEUE_FLAGS[flag]} name (letters, digits, '_', '.', '-')")
+    return tuple(given.items())
+
+
 def time_limit(seconds: float) -> str:
     """sbatch --time as hours:minutes:seconds, rounded up to a whole second."""
     whole = max(1, math.ceil(seconds))
@@ -70,7 +90,8 @@ class BatchJob:
     output: str  # where the batch step writes the job's output, on the first node of the allocation
     steps: tuple[tuple[str, str], ...]  # (node, shell line): one line, or one per node (torchrun)
     time_limit_s: float | None = None
-    gpus_per_node: int = 0  # gres gpu per node: one per rank on GPU nodes
+    gpus_per_node: int = 0  # gres gpu per node: --gpus-per-node, else one per rank on GPU nodes
+    queue: tuple[tuple[str, str], ...] = ()  # (flag, value): --account, --qos, --partition as given (queue_options)
     comment: str = ""  # the pycli job id, kept in Slurm's accounting (sacct -o Comment)
     job_id_env: str = ""  # a variable the script sets to the Slurm job id for its steps (torchrun's rendezvous id)
     elastic: bool = False  # --elastic: the job keeps its allocation when a node fails; the launcher goes on without it
@@ -88,6 +109,7 @@ def sbatch_script(job: BatchJob) -> str:
     ]
     if job.gpus_per_node:
         options.append(f"--gres=gpu:{job.gpus_per_node}")
+    options += [f"--{flag}={value}" for flag, value in job.queue]
     if job.time_limit_s is not None:
         options.append(f"--time={time_limit(job.time_limit_s)}")
     if job.comment:

@@ -23,9 +23,9 @@ from pycli.cluster import runner
 from pycli.cluster.drained import stamp
 from pycli.cluster.model import Cluster, Drained, Host
 from pycli.cluster.nodes import SSH_TIMEOUT_S, RemoteProcess, ssh_each, ssh_stream
-from pycli.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, PycliError
+from pycli.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, BadInput, PycliError
 from pycli.jobs import slurm
-from pycli.jobs.launch import TORCHRUN_RDZV_ID_ENV, JobPlan, launch_commands
+from pycli.jobs.launch import TORCHRUN_RDZV_ID_ENV, JobPlan, gpus_short, launch_commands
 from pycli.jobs.processes import STOP_GRACE_S, JobExit
 
 SCRIPT_NAME = "job.sbatch"
@@ -70,15 +70,21 @@ def without_unavailable(cluster: Cluster, states: dict[str, slurm.NodeState], sa
 
 
 def batch_job(plan: JobPlan, states: dict[str, slurm.NodeState], time_limit_s: float | None) -> slurm.BatchJob:
-    """What to ask Slurm for: the plan's nodes, the most ranks on any of them, one GPU per rank on GPU nodes."""
+    """What to ask Slurm for: the plan's nodes, the most ranks on any of them, the GPUs asked for
+    (--gpus-per-node; else one per rank on GPU nodes), and the request's account, QOS and partition."""
     tasks = max(host.slots for host in plan.hosts)
-    gpus = min((states[h.name].gpus if h.name in states else 0) for h in plan.hosts)
+    counts = [(h.name, states[h.name].gpus if h.name in states else 0) for h in plan.hosts]
+    if (short := gpus_short(plan.request.gpus_per_node, counts, "in Slurm's Gres")) is not None:
+        raise BadInput(short)
+    gpus = min(gpus for _, gpus in counts)
+    asked = plan.request.gpus_per_node
     name = plan.request.workload if "/" not in plan.request.workload else Path(plan.request.workload).stem
     return slurm.BatchJob(
         name=f"{slurm.JOB_NAME_PREFIX}{name}", nodes=tuple(h.name for h in plan.hosts), tasks_per_node=tasks,
         workdir=str(plan.job_dir), output=str(plan.job_dir / "slurm-%j.out"),
         steps=tuple((host.name, line) for host, line in launch_commands(plan)),
-        time_limit_s=time_limit_s, gpus_per_node=min(gpus, tasks), comment=f"pycli job {plan.job_id}",
+        time_limit_s=time_limit_s, gpus_per_node=min(gpus, tasks) if asked is None else asked,
+        queue=slurm.queue_options(plan.request.queue, slurm.SLURM), comment=f"pycli job {plan.job_id}",
         job_id_env=TORCHRUN_RDZV_ID_ENV if plan.launcher == "torchrun" else "",
         elastic=plan.elastic_min_np is not None,
     )

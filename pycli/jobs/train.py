@@ -43,7 +43,7 @@ from pycli.jobs.launch import (
 from pycli.jobs.processes import JobExit, run_processes
 from pycli.jobs.request import JobRequest
 from pycli.jobs.restarts import plan_restart
-from pycli.jobs.slurm import SLURM, choose_scheduler
+from pycli.jobs.slurm import SLURM, choose_scheduler, queue_options
 
 CONTAINER_PLAYBOOK = PROJECT_ROOT / "playbooks" / "job_container.yml"
 
@@ -111,6 +111,9 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
     if request.max_restarts and request.container is not None:
         raise BadInput("--max-restarts does not work with --docker yet: restart the job with --resume")
     scheduler = choose_scheduler(request.scheduler, cluster.has_slurm)
+    queue_options(request.queue, scheduler)
+    if request.gpus_per_node is not None and request.gpus_per_node < 0:
+        raise BadInput(f"--gpus-per-node {request.gpus_per_node}: give the GPUs the job gets on each node, 0 or more")
     if scheduler == SLURM and request.container is not None:
         raise BadInput("--docker does not work through Slurm yet; add --scheduler ssh to start the job "
                        "over SSH (outside the queue)")

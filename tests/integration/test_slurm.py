@@ -223,14 +223,33 @@ def test_drain_keeps_jobs_off_a_node_in_slurm_too(slurm_cluster):
         assert drained.returncode == 0, drained.stdout + drained.stderr
         state, _, reason = sinfo()["node2"]
         assert state in ("drained", "draining") and "fan noise" in reason
-        job = run_pycli("train", "-i", str(slurm_cluster), "synthetic", "--np", "4", *SHORT, timeout=900)
+        # The job names its partition and account as Slurm spells them, and sacct keeps both.
+        job = run_pycli("train", "-i", str(slurm_cluster), "synthetic", "--np", "4", "--partition", "batch",
+                        "--account", "vision", *SHORT, timeout=900)
         assert job.returncode == 0, job.stdout[-3000:]
-        assert sacct(slurm_job_id(job.stdout))["nodes"] == "node1"
+        job_id = slurm_job_id(job.stdout)
+        assert sacct(job_id)["nodes"] == "node1"
+        script = (Path(re.search(r"run folder (\S+)", job.stdout).group(1)) / "job.sbatch").read_text()
+        assert "#SBATCH --partition=batch\n" in script and "#SBATCH --account=vision\n" in script, script
+        # Slurm decides what an account allows: without AccountingStorageEnforce it runs a job that
+        # names an account it does not know under the user's default one, and sacct says so.
+        code, out = node_run("node1", "sacct", "-X", "-n", "-P", "-j", job_id, "-o", "Partition,Account")
+        assert code == 0 and out.strip() == "batch|root", out
     finally:
         back = run_pycli("undrain", "node2", "-i", str(slurm_cluster))
     assert back.returncode == 0, back.stdout + back.stderr
     assert "Slurm: node2 RESUME" in back.stdout
     wait_for_state("node2", "idle")
+
+
+def test_a_job_asking_for_more_gpus_than_its_nodes_have_is_refused_in_one_line(slurm_cluster, tmp_path):
+    runs = tmp_path / "runs"
+    job = run_pycli("train", "-i", str(slurm_cluster), "synthetic", "--np", "8", "--gpus-per-node", "1", *SHORT,
+                    env={"PYCLI_RUNS": str(runs)}, timeout=300)
+    assert job.returncode == 2, job.stdout[-3000:] + job.stderr[-3000:]
+    assert job.stderr.splitlines()[-1] == ("pycli: error: --gpus-per-node 1: more GPUs than a node of the job has "
+                                           "(node1 has 0, node2 has 0, as staging counted them)"), job.stderr
+    assert not list(runs.glob("*/job.sbatch"))  # nothing was submitted
 
 
 def test_slurms_health_check_drains_a_node_whose_gpu_has_a_pending_row_remap(slurm_cluster):
