@@ -388,8 +388,7 @@ def cpu_only(plan: JobPlan) -> bool:
 
 def gpus_short(asked: int | None, counts: Sequence[tuple[str, int]], counted_by: str) -> str | None:
     """The line that refuses --gpus-per-node where a node of the job has fewer GPUs; None where each has enough."""
-    short = [f"{name} has {gpus}" for name, gpus in counts if asked is not None and gpus < asked]
-    if not short:
+    if asked is None or not (short := [f"{name} has {gpus}" for name, gpus in counts if gpus < asked]):
         return None
     return f"--gpus-per-node {asked}: more GPUs than a node of the job has ({', '.join(short)}, {counted_by})"
 
