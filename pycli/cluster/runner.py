@@ -121,7 +121,7 @@ class RunRequest:
     verbosity: int = 0
     # A run of many tasks (pycli provision) takes Mitogen's strategy (strategy_env); a short one
     # (an ad-hoc module, a job's containers) starts sooner with Ansible's own: Mitogen's start
-    # costs 2 to 4 s a run, and a node it cannot reach costs it 10 s more.
+    # costs 2 to 4 s a run.
     many_tasks: bool = False
 
     def runner_kwargs(self, run_dir: Path, extravars_file: Path | None = None) -> dict[str, object]:
