@@ -64,7 +64,7 @@ def test_slurm_conf_has_one_line_per_node_with_its_gpus_cpus_and_memory_less_the
     assert "PartitionName=batch Nodes=gpu1,gpu2 Default=YES MaxTime=INFINITE State=UP" in conf
     assert {"ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup,task/affinity", "GresTypes=gpu",
             "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core_Memory", "ReturnToService=2",
-            "AccountingStorageType=accounting_storage/slurmdbd"} <= set(conf)
+            "AccountingStorageType=accounting_storage/slurmdbd", "AccountingStorageTRES=gres/gpu"} <= set(conf)
     assert not any(line.startswith("SlurmdParameters=") for line in conf)
 
 
