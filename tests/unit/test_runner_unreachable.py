@@ -1,7 +1,7 @@
 """A node that cannot be reached costs a run one SSH connect, under either strategy.
 
 Mitogen looks for a node's Python by trying each name Ansible lists (python3.13 down to
-python3), each over a new SSH connection: a dead node cost a provisioning 7 connects, so 7 times
+python3), each over a new SSH connection: a dead node cost a provisioning 8 connects, so 8 times
 the connect timeout (30 s in ansible.cfg), where Ansible's own strategy tries once. ansible.cfg
 names the nodes' Python (/usr/bin/python3, on every distribution the roles support), so neither
 strategy looks. The `ssh` on PATH here counts its calls and goes on to the real one, against a
