@@ -60,6 +60,9 @@ LABEL_CLUSTER = "io.pycli.cluster"
 LABEL_NODE = "io.pycli.node"
 LABEL_INVENTORY = "io.pycli.inventory"
 BOOT_TIMEOUT_S = 120
+NVIDIA_MAJOR = 195
+# Stand-in GPUs a node may have (/dev/nvidia0 ...): an eight-GPU server's.
+STANDIN_GPUS_AT_MOST = 8
 # Nodes `cluster down` removes at once (within the Docker client's pool of 10 connections).
 REMOVE_AT_ONCE = 8
 
@@ -159,6 +162,15 @@ def _host_keys(container: Container, hostname: str) -> list[str]:
     if code != 0 or not keys:
         raise PycliError(f"node {hostname} has no SSH host keys: {out}")
     return [" ".join(k) for k in keys]
+
+
+def _has_cgroup_tree(container: Container) -> bool:
+    """Whether the node booted with its own cgroup tree for Slurm (the image's pycli-cgroup-tree):
+    on a cgroup v1 host, every controller Slurm uses; on a v2 host, none."""
+    from pycli.local.image import CGROUP_TREE_MOUNTPOINT
+
+    code, _ = _exec(container, "test", "-e", f"{CGROUP_TREE_MOUNTPOINT}/complete")
+    return code == 0
 
 
 def _install_authorized_key(container: Container, public_key: str) -> None:
@@ -275,6 +287,10 @@ def _create(client: docker.DockerClient, plan: ClusterPlan, tag: str, secrets: P
             cap_add=["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE"],
             binds=["/sys/fs/cgroup:/sys/fs/cgroup:rw"],
             cgroupns="host",
+            # A node's stand-in GPUs (role slurm's slurm_standin_gpus) may be opened where Slurm lets a job,
+            # as a GPU container's devices are; nothing is behind them (ENXIO). One rule per device, not
+            # 195:*: Slurm denies a job the others one by one, which cgroup v1 cannot take out of a wildcard.
+            device_cgroup_rules=[f"c {NVIDIA_MAJOR}:{minor} rwm" for minor in range(STANDIN_GPUS_AT_MOST)],
             tmpfs={"/run": "", "/run/lock": ""},
             # Docker inside a node needs a non-overlay /var/lib/docker.
             mounts=[docker.types.Mount(target="/var/lib/docker", source=None, type="volume")],
@@ -305,7 +321,9 @@ def _create(client: docker.DockerClient, plan: ClusterPlan, tag: str, secrets: P
             known_hosts_lines.append(f"{node.hostname},{node.address} {host_key}")
     known_hosts = secrets / "known_hosts"
     write_text_atomically(known_hosts, "\n".join(known_hosts_lines) + "\n", force=True, mode=0o600)
-    write_text_atomically(inventory, render_local_inventory(plan, key, known_hosts, image.ca_bundle), force=True)
+    cgroup_tree = all(_has_cgroup_tree(container) for _, container in containers)
+    write_text_atomically(inventory, render_local_inventory(plan, key, known_hosts, image.ca_bundle,
+                                                            cgroup_tree=cgroup_tree), force=True)
 
     result = _ping_all(inventory)
     missing = [n.hostname for n in plan.nodes if n.hostname not in result.hosts or result.hosts[n.hostname].ok == 0]

@@ -18,6 +18,7 @@ from pycli.cluster.inventory_writer import HostEntry, render_inventory
 from pycli.cluster.model import INTERFACE_VAR, LOCAL_CLUSTER_VAR, SHARED_CPUS_VAR
 from pycli.core.errors import BadInput, PycliError
 from pycli.core.paths import PROJECT_ROOT, state_dir
+from pycli.local.image import CGROUP_TREE_MOUNTPOINT
 
 NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$")
 MAX_NODES = 64
@@ -216,10 +217,13 @@ LOCAL_BED_VARS: dict[str, object] = {
     # No CUDA on the bed, ever: said outright, the Open MPI build starts right after the base
     # system instead of waiting for the GPU stack to say so (site.yml; the flags are the same).
     "openmpi_with_cuda": False,
-    # Slurm (role slurm, with --slurm): containers have no delegated cgroup tree for Slurm's cgroup
-    # plugins, and each node runs `slots` ranks on the machine's shared cores.
+    # Slurm (role slurm, with --slurm): Slurm's cgroup plugins only where the nodes have their own
+    # cgroup tree (CGROUP_TREE_VARS); each node runs `slots` ranks on the machine's shared cores.
     "slurm_cgroup": False,
     "slurm_node_cpus": "{{ slots }}",
+    # A job that names no memory gets this much per CPU, not the node's whole memory: jobs share a
+    # node as they do on servers with the same setting (docs/slurm.md, "Sharing GPUs").
+    "slurm_extra_config": {"DefMemPerCPU": 2048},
     "slurm_slurmd_parameters": ["config_overrides"],
     # Slurm's health check every 20 s rather than 5 min: a planted fault drains a node within a test.
     "slurm_health_check_interval": 20,
@@ -237,14 +241,28 @@ LOCAL_BED_COMMENTS = {
     "openmpi_configure_extra_flags": ("Test bed: Open MPI without OpenSHMEM, MPI-IO, message logging and "
                                       "topology-aware reordering, which nothing here uses."),
     "openmpi_with_cuda": "Test bed: no CUDA, so the Open MPI build starts before the GPU stack's plays.",
-    "slurm_cgroup": ("Test bed: Slurm without its cgroup plugins (no delegated cgroup tree in a container), "
+    "slurm_cgroup": ("Test bed: Slurm's cgroup plugins where the nodes have their own cgroup tree (cgroup v1 hosts), "
                      "`slots` CPUs per node, slurmd registering with slurm.conf's figures (config_overrides)."),
+    "slurm_cgroup_config": ("Test bed: the node's own cgroup tree, made at boot (the image's pycli-cgroup-tree); "
+                            "no core confinement, the nodes' slots being more than the machine's cores."),
+    "slurm_extra_config": "Test bed: a job that names no memory gets 2 GiB per CPU, not the whole node's.",
     "slurm_health_check_interval": "Test bed: Slurm's health check (pycli's node gate) every 20 s, not 5 min.",
 }
 
 
-def render_local_inventory(plan: ClusterPlan, key: Path, known_hosts: Path, ca_bundle: Path | None = None) -> str:
-    bed_vars = dict(LOCAL_BED_VARS)
+# Where the nodes booted with their own cgroup v1 tree (the node image's pycli-cgroup-tree, at every
+# boot; a cgroup v2 host gives none): Slurm's cgroup plugins confine each job there to its memory
+# and GPUs, as on a server. Not its cores: each node's slots share the machine's few.
+CGROUP_TREE_VARS: dict[str, object] = {
+    "slurm_cgroup": True,
+    "slurm_cgroup_config": {"CgroupPlugin": "cgroup/v1", "CgroupMountpoint": CGROUP_TREE_MOUNTPOINT,
+                            "ConstrainCores": "no"},
+}
+
+
+def render_local_inventory(plan: ClusterPlan, key: Path, known_hosts: Path, ca_bundle: Path | None = None,
+                           *, cgroup_tree: bool = False) -> str:
+    bed_vars = dict(LOCAL_BED_VARS) | (CGROUP_TREE_VARS if cgroup_tree else {})
     if ca_bundle is not None:
         bed_vars["common_extra_ca_bundle"] = str(ca_bundle.resolve())
     return render_inventory(

@@ -127,6 +127,26 @@ def test_inventory_reads_back_through_ansible(tmp_path):
     assert "StrictHostKeyChecking" not in text
 
 
+def test_slurms_cgroup_plugins_are_on_only_where_the_nodes_booted_with_their_own_cgroup_tree(tmp_path):
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    plan = plan_cluster("demo", 2, ipaddress.ip_network("172.28.7.0/24"))
+    merged = {}
+    for tree in (False, True):
+        path = tmp_path / f"tree-{tree}.ini"
+        path.write_text(render_local_inventory(plan, Path("/k"), Path("/kh"), cgroup_tree=tree))
+        inventory = InventoryManager(loader=DataLoader(), sources=[str(path)])
+        merged[tree] = inventory.groups["nodes"].get_vars()
+    # (Ansible reads an ini file's booleans as strings; the role's `| bool` takes them.)
+    assert merged[False]["slurm_cgroup"] == "false" and "slurm_cgroup_config" not in merged[False]
+    assert merged[True]["slurm_cgroup"] == "true"
+    assert merged[True]["slurm_cgroup_config"] == {
+        "CgroupPlugin": "cgroup/v1", "CgroupMountpoint": "/run/pycli-cgroup", "ConstrainCores": "no"}
+    # Either way a job that names no memory gets 2 GiB per CPU, so jobs share a node.
+    assert merged[False]["slurm_extra_config"] == merged[True]["slurm_extra_config"] == {"DefMemPerCPU": 2048}
+
+
 def test_inventory_gives_every_node_the_slots_asked_for(tmp_path):
     from pycli.cluster.model import load_cluster
 

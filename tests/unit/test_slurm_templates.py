@@ -111,6 +111,17 @@ def test_the_test_bed_runs_without_cgroup_plugins_and_with_its_own_cpu_count():
     assert "# node1 has no NVIDIA GPU." in _render("gres.conf.j2", "node1", cluster)
 
 
+def test_cgroup_conf_confines_cores_memory_and_devices_and_takes_settings_over_them():
+    cluster = _gpu_cluster()
+    assert _render("cgroup.conf.j2", "gpu1", cluster).splitlines()[2:] == [
+        "ConstrainCores=yes", "ConstrainDevices=yes", "ConstrainRAMSpace=yes"]
+    # The test bed's: the node's own tree, and no core confinement (its slots share the machine's cores).
+    bed = _render("cgroup.conf.j2", "gpu1", cluster, slurm_cgroup_config={
+        "CgroupPlugin": "cgroup/v1", "CgroupMountpoint": "/run/pycli-cgroup", "ConstrainCores": "no"}).splitlines()[2:]
+    assert bed == ["CgroupMountpoint=/run/pycli-cgroup", "CgroupPlugin=cgroup/v1", "ConstrainCores=no",
+                   "ConstrainDevices=yes", "ConstrainRAMSpace=yes"]
+
+
 @pytest.mark.parametrize(("gpus", "nvml", "line"), [
     (8, False, "Name=gpu File=/dev/nvidia[0-7]"),
     (1, False, "Name=gpu File=/dev/nvidia0"),
