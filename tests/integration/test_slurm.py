@@ -18,6 +18,7 @@ import docker
 import pytest
 
 from pycli.core.paths import state_dir
+from pycli.local.plan import container_name
 from tests.conftest import ROOT, run_pycli
 from tests.integration.conftest import CLUSTER, NODE_VENV, node_run
 from tests.integration.test_cache_stage import changed_tasks, site_yml_as_typed
@@ -430,3 +431,70 @@ def test_a_node_lost_under_a_job_is_named_at_once_and_one_down_while_the_slurm_r
     assert "drain" in after[0] and "PSU swap" in after[2], after
     assert undrained.returncode == 0, undrained.stdout + undrained.stderr
     wait_for_state("node2", "idle")
+
+
+# Run as a job step on node2: opens each stand-in GPU and prints what the open said, then sleeps.
+GPU_PROBE = ("import errno, os, sys, time\n"
+             "said = []\n"
+             "for n in (0, 1):\n"
+             "    try:\n"
+             "        os.close(os.open(f'/dev/nvidia{n}', os.O_RDWR)); said.append(f'nvidia{n}=opened')\n"
+             "    except OSError as e:\n"
+             "        said.append(f'nvidia{n}={errno.errorcode[e.errno]}')\n"
+             "print(os.environ.get('CUDA_VISIBLE_DEVICES', '-'), ' '.join(said), flush=True)\n"
+             "time.sleep(float(sys.argv[1]))\n")
+
+
+def _probe(*srun_args: str, hold_s: float = 0) -> str:
+    code, said = node_run("node1", "srun", "--nodelist=node2", "--ntasks=1", *srun_args,
+                          "python3", "-c", GPU_PROBE, str(hold_s))
+    assert code == 0, said
+    return [line for line in said.splitlines() if "nvidia0=" in line][-1]
+
+
+def test_slurm_confines_each_job_to_its_own_gpus_on_a_node_with_two_stand_in_gpus(slurm_cluster, tmp_path):
+    # The bed's nodes have their own cgroup tree (cgroup v1 hosts; see pycli/local/plan.py), so Slurm's
+    # cgroup plugins run there as on a server; node2 gets two stand-in GPUs (char 195:0 and 195:1, no
+    # driver): an open that the job's cgroup lets through fails with ENXIO, one it refuses with EPERM.
+    text = slurm_cluster.read_text()
+    if "\nslurm_cgroup=true\n" not in text:
+        pytest.skip("this host gives the node containers no cgroup v1 tree (cgroup v2): Slurm runs without its cgroup plugins")
+    inventory = tmp_path / "gpus.ini"
+    inventory.write_text(re.sub(r"^(node2 .*)$", r"\1 slurm_standin_gpus=2", text, count=1, flags=re.M))
+    added = run_pycli("provision", str(inventory), "--tags", "slurm", timeout=1800)
+    try:
+        assert added.returncode == 0, added.stdout[-4000:] + added.stderr[-2000:]
+        assert sinfo()["node2"][0] == "idle"
+        code, gres = node_run("node1", "sinfo", "-h", "-N", "-n", "node2", "-o", "%G")
+        assert code == 0 and gres.strip() == "gpu:2", gres
+        # One GPU: its own device opens (ENXIO), the other is refused; Slurm numbers it 0 for the job.
+        assert _probe("--gres=gpu:1") == "0 nvidia0=ENXIO nvidia1=EPERM"
+        # No GPU: both refused.
+        assert _probe() == "- nvidia0=EPERM nvidia1=EPERM"
+        # Two one-GPU jobs at once, each on its own device.
+        first = subprocess.Popen(
+            ["docker", "exec", container_name(CLUSTER, "node1"), "srun", "--nodelist=node2", "--ntasks=1", "--gres=gpu:1",
+             "python3", "-c", GPU_PROBE, "20"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                code, running = node_run("node1", "squeue", "-h", "-t", "running", "-w", "node2", "-o", "%i")
+                if code == 0 and running.split():
+                    break
+                time.sleep(0.5)
+            second = _probe("--gres=gpu:1", "--immediate=30")
+            code, running = node_run("node1", "squeue", "-h", "-t", "running", "-w", "node2", "-o", "%i")
+            assert first.poll() is None and len(running.split()) >= 1, running  # the first still holds its GPU
+        finally:
+            out, _ = first.communicate(timeout=120)
+        one = [line for line in out.splitlines() if "nvidia0=" in line][-1]
+        assert {one, second} == {"0 nvidia0=ENXIO nvidia1=EPERM", "0 nvidia0=EPERM nvidia1=ENXIO"}, (one, second)
+        # More GPUs than the node has: refused at once, in Slurm's one line.
+        code, said = node_run("node1", "srun", "--nodelist=node2", "--gres=gpu:3", "true")
+        assert code != 0 and said.strip().splitlines()[-1].endswith("Requested node configuration is not available"), said
+    finally:
+        node_run("node2", "sh", "-c", "rm -f /dev/nvidia0 /dev/nvidia1")
+        back = run_pycli("provision", str(slurm_cluster), "--tags", "slurm", timeout=1800)
+    assert back.returncode == 0, back.stdout[-3000:]
+    code, gres = node_run("node1", "sinfo", "-h", "-N", "-n", "node2", "-o", "%G")
+    assert gres.strip() == "(null)", gres
