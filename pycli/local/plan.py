@@ -222,7 +222,7 @@ LOCAL_BED_VARS: dict[str, object] = {
     "slurm_cgroup": False,
     "slurm_node_cpus": "{{ slots }}",
     # A job that names no memory gets this much per CPU, not the node's whole memory: jobs share a
-    # node as they do on servers with the same setting (docs/slurm.md, "Sharing GPUs").
+    # node as they do on servers with the same setting (docs/slurm.md, "What the local test bed changes").
     "slurm_extra_config": {"DefMemPerCPU": 2048},
     "slurm_slurmd_parameters": ["config_overrides"],
     # Slurm's health check every 20 s rather than 5 min: a planted fault drains a node within a test.
