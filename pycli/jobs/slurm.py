@@ -168,6 +168,15 @@ def parse_job_id(stdout: str) -> str:
     raise ValueError(f"sbatch printed no job id: {stdout.strip()[:200]!r}")
 
 
+def submit_refusal(stderr: str) -> str:
+    """Why sbatch refused a job, in one line: its error lines joined, without their "sbatch: error: "
+    (over a QOS or association limit, Slurm's reason, QOSMaxGRESPerUser say, comes on the line
+    before "Batch job submission failed: ..."); empty where sbatch printed no error line."""
+    said = [line.strip()[len("sbatch: error:"):].strip() for line in stderr.splitlines()
+            if line.strip().startswith("sbatch: error:")]
+    return ": ".join(line for line in said if line)
+
+
 def cancel_command(job_id: str) -> str:
     return f"scancel {shlex.quote(job_id)}"
 
@@ -204,6 +213,22 @@ def watch_command(job_id: str, interval_s: float = 1.0) -> str:
 def unanswered(line: str) -> str | None:
     """What squeue said in a watch_command line that reports a failed squeue; None for any other line."""
     return line[len("@@slurm-unanswered "):].strip() if line.startswith("@@slurm-unanswered ") else None
+
+
+# A job's pending reason that is a limit of its QOS or association (AccountingStorageEnforce
+# with limits): QOSMaxGRESPerUser, AssocGrpGRES, QOSMaxWallDurationPerJobLimit, ...
+LIMIT_NOTE = "held by a limit of its QOS or account"
+
+
+def held_by_limit(reason: str) -> bool:
+    return reason.startswith(("QOS", "Assoc")) and reason not in ("QOSNotAllowed", "AssocNotAllowed")
+
+
+def never_starts(reason: str) -> bool:
+    """A pending reason that holds the job for good: it alone is over a per-job limit of its QOS or
+    association, or its partition's time or node limit, so no other job's end lets it start (a QOS
+    with the DenyOnLimit flag refuses such a job at sbatch instead)."""
+    return (held_by_limit(reason) and "PerJob" in reason) or reason in ("PartitionTimeLimit", "PartitionNodeLimit")
 
 
 @dataclass(frozen=True)

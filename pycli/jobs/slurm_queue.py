@@ -23,7 +23,7 @@ from pycli.cluster import runner
 from pycli.cluster.drained import stamp
 from pycli.cluster.model import Cluster, Drained, Host
 from pycli.cluster.nodes import SSH_TIMEOUT_S, RemoteProcess, ssh_each, ssh_stream
-from pycli.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, BadInput, PycliError
+from pycli.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, BadInput, PycliError
 from pycli.jobs import slurm
 from pycli.jobs.launch import TORCHRUN_RDZV_ID_ENV, JobPlan, gpus_short, launch_commands
 from pycli.jobs.processes import STOP_GRACE_S, JobExit
@@ -100,7 +100,7 @@ def submit(plan: JobPlan, script: str) -> str:
     answer = ssh_stream(plan.rank0, slurm.submit_command(str(plan.job_dir)), send=send, timeout_s=SUBMIT_TIMEOUT_S,
                         detached=True)
     if not answer.ok:
-        raise PycliError(f"sbatch on {plan.rank0.name} refused the job: {answer.why()}")
+        raise PycliError(f"sbatch on {plan.rank0.name} refused the job: {slurm.submit_refusal(answer.stderr) or answer.why()}")
     return slurm.parse_job_id(answer.stdout)
 
 
@@ -122,8 +122,13 @@ def accounted(plan: JobPlan, job_id: str) -> slurm.AccountedJob | None:
         time.sleep(1)
 
 
-def ending(job: slurm.AccountedJob | None, job_id: str, interrupted: bool, time_limit_s: float | None) -> JobExit:
-    """How the Slurm job ended, as pycli says it (pycli.jobs.processes.JobExit)."""
+def ending(job: slurm.AccountedJob | None, job_id: str, interrupted: bool, time_limit_s: float | None,
+           held: str = "") -> JobExit:
+    """How the Slurm job ended, as pycli says it (pycli.jobs.processes.JobExit); `held`: the pending
+    reason for which pycli cancelled it, as it would never start (slurm.never_starts)."""
+    if held:
+        return JobExit(EXIT_BAD_INPUT, f"Slurm job {job_id} would never start as asked ({held}: over a per-job limit "
+                                       "of its QOS, account or partition), so pycli cancelled it")
     if job is None:
         return JobExit(EXIT_FAILED, f"neither sacct nor slurmctld has a record of Slurm job {job_id}")
     said = f"Slurm job {job_id} {job.state}"
@@ -167,6 +172,7 @@ def _submit_and_watch(plan: JobPlan, script: str, path: Path, run_dir: Path, wri
     hosts = {host.name: host for host in plan.hosts}
     output: list[RemoteProcess] = []
     last: list[slurm.QueueState] = []
+    held: list[str] = []  # the pending reason that holds the job for good, once seen
 
     def on_watch(line: str) -> None:
         if (said := slurm.unanswered(line)) is not None:
@@ -176,11 +182,14 @@ def _submit_and_watch(plan: JobPlan, script: str, path: Path, run_dir: Path, wri
         if state is None:
             return
         if not last or (state.state, state.reason) != (last[-1].state, last[-1].reason):
-            why = f" ({state.reason})" if state.reason not in ("None", "") else ""
+            note = f"; {slurm.LIMIT_NOTE}" if slurm.held_by_limit(state.reason) else ""
+            why = f" ({state.reason}{note})" if state.reason not in ("None", "") else ""
             where = f" on {state.nodes}" if state.state == "RUNNING" and state.nodes else ""
             waited = f" after {time.monotonic() - submitted:.1f} s" if state.state == "RUNNING" else ""
             write(f"pycli: Slurm job {job_id} {state.state}{why}{where}{waited}")
         last.append(state)
+        if state.state == "PENDING" and slurm.never_starts(state.reason) and not held:
+            held.append(state.reason)
         if not output and state.batch_host in hosts and state.state in ("RUNNING", "COMPLETING"):
             output.append(RemoteProcess(hosts[state.batch_host],
                                         slurm.output_command(str(plan.job_dir / f"slurm-{job_id}.out"), job_id), "", write))
@@ -192,9 +201,9 @@ def _submit_and_watch(plan: JobPlan, script: str, path: Path, run_dir: Path, wri
             watcher.wait(timeout=0.5)
             break
         except subprocess.TimeoutExpired:
-            if interrupted.is_set() and cancelled_at is None:
+            if (interrupted.is_set() or held) and cancelled_at is None:
                 cancelled_at = time.monotonic()
-                write(f"pycli: cancelling Slurm job {job_id} (scancel)")
+                write(f"pycli: cancelling Slurm job {job_id} (scancel)" + (": it would never start" if held else ""))
                 answer = ssh_each([(plan.rank0, slurm.cancel_command(job_id))], shared=True)[plan.rank0.name]
                 if not answer.ok:
                     write(f"pycli: scancel {job_id} failed: {answer.why()}")
@@ -211,7 +220,7 @@ def _submit_and_watch(plan: JobPlan, script: str, path: Path, run_dir: Path, wri
         answers = ssh_each([(host, f"cat {out_file} 2>/dev/null") for host in plan.hosts], shared=True)
         for line in next((a.stdout for a in answers.values() if a.ok and a.stdout), "").splitlines():
             write(line)
-    ended = ending(accounted(plan, job_id), job_id, interrupted.is_set(), time_limit_s)
+    ended = ending(accounted(plan, job_id), job_id, interrupted.is_set(), time_limit_s, held[0] if held else "")
     if last and last[-1].state == slurm.COMPLETING and (lost := unanswering(plan, slurm.expand_hostlist(last[-1].nodes))):
         ended = replace(ended, why=f"{ended.why}; {', '.join(lost)} lost (no answer over SSH; Slurm ends the job "
                                    "there once it gives the node up)", lost=True)

@@ -23,7 +23,17 @@ from typing import Any
 from pycli.cluster import runner
 from pycli.cluster.hostfiles import fill_slots, render_hostfile
 from pycli.cluster.model import INTERFACE_VAR, JOBS_KEPT_VAR, Cluster, interface_problem
-from pycli.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, BadInput, PycliError, Unreachable, notice, renamed_line, warn
+from pycli.core.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    BadInput,
+    PycliError,
+    Unreachable,
+    notice,
+    renamed_line,
+    warn,
+)
 from pycli.core.paths import PROJECT_ROOT, WORKLOADS_DIR, cache_dir, new_run_dir
 from pycli.jobs import containers, slurm
 from pycli.jobs import files as job_files
@@ -359,7 +369,7 @@ def run_job(
 
         ended = attempt(plan, request.time_limit_s)
         for number in range(1, 0 if plan.restarts_by_agents else request.max_restarts + 1):
-            if ended.code in (0, EXIT_INTERRUPTED) or ended.timed_out:
+            if ended.code in (0, EXIT_INTERRUPTED, EXIT_BAD_INPUT) or ended.timed_out:  # 2: Slurm would never start it
                 break
             # Ask first, so a node that is gone costs one SSH timeout, not an Ansible one too.
             after = plan_restart(plan)

@@ -1,7 +1,8 @@
 """Slurm on the session's provisioned 2-node cluster: a second inventory of the same nodes opts in
 (group slurm_controller, 4 slots a node) and `pycli provision --tags slurm` adds the scheduler.
 Then `pycli train` goes through the queue: accounted, queued behind another job, cancelled by
-Ctrl-C; drain and Slurm's health check keep jobs off a node."""
+Ctrl-C; drain and Slurm's health check keep jobs off a node. Last, stand-in GPUs on both nodes:
+each job opens only its own, and the inventory's QOS and account hold or refuse a job over them."""
 
 import io
 import json
@@ -49,6 +50,12 @@ def sacct(job_id: str) -> dict[str, str]:
         time.sleep(1)
 
 
+def _sacctmgr(*args: str) -> list[str]:
+    code, out = node_run("node1", "sacctmgr", "--noheader", "--parsable2", "show", *args)
+    assert code == 0, out
+    return [line for line in out.splitlines() if line.strip()]
+
+
 def wait_for_state(node: str, state: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while (found := sinfo()[node])[0] != state:
@@ -71,13 +78,30 @@ def last_record(output: str) -> dict:
     return json.loads((results_in(output) / "metrics.jsonl").read_text().splitlines()[-1])
 
 
+# What the Slurm inventory declares (group_vars/all.yml beside it): one QOS of one GPU per user and
+# 10 minutes a job, refusing at submission what goes over it; a team account on it; root in it.
+TEAM_QOS = {"name": "team-gpu", "max_tres_per_user": "gres/gpu=1", "max_wall": "10", "flags": ["DenyOnLimit"]}
+TEAM = {"name": "team", "fairshare": 2, "qos": ["normal", "team-gpu"], "default_qos": "team-gpu"}
+ACCOUNTING = {"slurm_qos": [TEAM_QOS], "slurm_accounts": [TEAM], "slurm_users": [{"name": "root", "accounts": ["team"]}]}
+REMOVED = {"slurm_qos": [{"name": "team-gpu", "state": "absent"}], "slurm_accounts": [{"name": "team", "state": "absent"}]}
+
+
+def _write_inventory(inventory: Path, text: str, group_vars: dict) -> Path:
+    """The inventory file, and group_vars/all.yml beside it, where Ansible reads an inventory's YAML variables."""
+    (inventory.parent / "group_vars").mkdir(parents=True, exist_ok=True)
+    (inventory.parent / "group_vars" / "all.yml").write_text(json.dumps(group_vars, indent=1) + "\n")  # JSON is YAML
+    inventory.write_text(text)
+    return inventory
+
+
+
 @pytest.fixture(scope="module")
 def slurm_cluster(provisioned_cluster, tmp_path_factory):
-    """The same nodes through an inventory with Slurm; provisioned with the slurm role alone."""
-    inventory = tmp_path_factory.mktemp("slurm") / "slurm.ini"
+    """The same nodes through an inventory with Slurm and ACCOUNTING; provisioned with the slurm role alone."""
     text = provisioned_cluster.read_text().replace("\nslots=1\n", "\nslots=4\n")
     assert "\nslots=4\n" in text
-    inventory.write_text(text + "\n[slurm_controller]\nnode1\n")
+    inventory = _write_inventory(tmp_path_factory.mktemp("slurm") / "slurm.ini", text + "\n[slurm_controller]\nnode1\n",
+                                 ACCOUNTING)
     started = time.monotonic()
     proc = run_pycli("provision", str(inventory), "--tags", "slurm", timeout=1800)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
@@ -86,6 +110,9 @@ def slurm_cluster(provisioned_cluster, tmp_path_factory):
 
 
 def test_provisioned_slurm_has_both_nodes_idle_and_a_second_run_changes_nothing(slurm_cluster):
+    # The inventory's QOS is in the database (its accounts and users: the accounting test below), so
+    # the run below changing nothing includes them.
+    assert _sacctmgr("qos", "where", "name=team-gpu", "format=Name") == ["team-gpu"]
     nodes = sinfo()
     assert {n: (s, c) for n, (s, c, _) in nodes.items()} == {"node1": ("idle", "4"), "node2": ("idle", "4")}, nodes
     # The whole site, not the slurm role alone: what Slurm brings (libhwloc15 for slurmd) must not
@@ -226,16 +253,14 @@ def test_drain_keeps_jobs_off_a_node_in_slurm_too(slurm_cluster):
         assert state in ("drained", "draining") and "fan noise" in reason
         # The job names its partition and account as Slurm spells them, and sacct keeps both.
         job = run_pycli("train", "-i", str(slurm_cluster), "synthetic", "--np", "4", "--partition", "batch",
-                        "--account", "vision", *SHORT, timeout=900)
+                        "--account", "team", *SHORT, timeout=900)
         assert job.returncode == 0, job.stdout[-3000:]
         job_id = slurm_job_id(job.stdout)
         assert sacct(job_id)["nodes"] == "node1"
         script = (Path(re.search(r"run folder (\S+)", job.stdout).group(1)) / "job.sbatch").read_text()
-        assert "#SBATCH --partition=batch\n" in script and "#SBATCH --account=vision\n" in script, script
-        # Slurm decides what an account allows: without AccountingStorageEnforce it runs a job that
-        # names an account it does not know under the user's default one, and sacct says so.
-        code, out = node_run("node1", "sacct", "-X", "-n", "-P", "-j", job_id, "-o", "Partition,Account")
-        assert code == 0 and out.strip() == "batch|root", out
+        assert "#SBATCH --partition=batch\n" in script and "#SBATCH --account=team\n" in script, script
+        code, out = node_run("node1", "sacct", "-X", "-n", "-P", "-j", job_id, "-o", "Partition,Account,QOS")
+        assert code == 0 and out.strip() == "batch|team|team-gpu", out  # the account's default QOS
     finally:
         back = run_pycli("undrain", "node2", "-i", str(slurm_cluster))
     assert back.returncode == 0, back.stdout + back.stderr
@@ -352,10 +377,10 @@ def test_a_moved_inventory_and_a_run_that_leaves_node2_out_keep_the_cluster_and_
     node2, and its job ended NODE_FAIL). So nothing changes at all, and the job completes. A run
     naming the cluster otherwise is refused in one line."""
     moved = tmp_path / "elsewhere" / "renamed.ini"
-    moved.parent.mkdir()
     text = slurm_cluster.read_text()
     assert "\npycli_local_cluster=" in text
-    moved.write_text("".join(line for line in text.splitlines(keepends=True) if not line.startswith("pycli_local_cluster=")))
+    by_hand = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("pycli_local_cluster="))
+    _write_inventory(moved, by_hand, ACCOUNTING)  # its group_vars move with it
     code, out = node_run("node1", "sbatch", "--parsable", "-w", "node2", "-J", "on-node2", "--wrap", "sleep 30")
     assert code == 0, out
     job = out.strip().split(";")[0]
@@ -452,49 +477,122 @@ def _probe(*srun_args: str, hold_s: float = 0) -> str:
     return [line for line in said.splitlines() if "nvidia0=" in line][-1]
 
 
-def test_slurm_confines_each_job_to_its_own_gpus_on_a_node_with_two_stand_in_gpus(slurm_cluster, tmp_path):
-    # The bed's nodes have their own cgroup tree (cgroup v1 hosts; see pycli/local/plan.py), so Slurm's
-    # cgroup plugins run there as on a server; node2 gets two stand-in GPUs (char 195:0 and 195:1, no
-    # driver): an open that the job's cgroup lets through fails with ENXIO, one it refuses with EPERM.
+class SharedGpus:
+    """The Slurm cluster with two stand-in GPUs on each node and ACCOUNTING applied; restore() (the
+    last test, else the fixture at the end) takes both away again, by provisioning."""
+
+    def __init__(self, inventory: Path, removed: Path) -> None:
+        self.inventory, self.removed = inventory, removed
+        self.restored: subprocess.CompletedProcess | None = None
+
+    def restore(self) -> subprocess.CompletedProcess:
+        if self.restored is None:
+            for node in ("node1", "node2"):
+                node_run(node, "sh", "-c", "rm -f /dev/nvidia0 /dev/nvidia1")
+            self.restored = run_pycli("provision", str(self.removed), "--tags", "slurm", timeout=1800)
+        return self.restored
+
+
+@pytest.fixture(scope="module")
+def shared_gpus(slurm_cluster, tmp_path_factory):
+    # Each node gets two stand-in GPUs (char 195:0 and 195:1, no driver): Slurm counts and gives them
+    # out as it would real ones.
     text = slurm_cluster.read_text()
-    if "\nslurm_cgroup=true\n" not in text:
-        pytest.skip("this host gives the node containers no cgroup v1 tree (cgroup v2): Slurm runs without its cgroup plugins")
-    inventory = tmp_path / "gpus.ini"
-    inventory.write_text(re.sub(r"^(node2 .*)$", r"\1 slurm_standin_gpus=2", text, count=1, flags=re.M))
-    added = run_pycli("provision", str(inventory), "--tags", "slurm", timeout=1800)
+    folder = tmp_path_factory.mktemp("shared-gpus")
+    gpus = re.sub(r"^(node[12] .*)$", r"\1 slurm_standin_gpus=2", text, flags=re.M)
+    shared = SharedGpus(_write_inventory(folder / "shared" / "gpus.ini", gpus, ACCOUNTING),
+                        _write_inventory(folder / "removed" / "slurm.ini", text, REMOVED))
+    added = run_pycli("provision", str(shared.inventory), "--tags", "slurm", timeout=1800)
     try:
         assert added.returncode == 0, added.stdout[-4000:] + added.stderr[-2000:]
-        assert sinfo()["node2"][0] == "idle"
-        code, gres = node_run("node1", "sinfo", "-h", "-N", "-n", "node2", "-o", "%G")
-        assert code == 0 and gres.strip() == "gpu:2", gres
-        # One GPU: its own device opens (ENXIO), the other is refused; Slurm numbers it 0 for the job.
-        assert _probe("--gres=gpu:1") == "0 nvidia0=ENXIO nvidia1=EPERM"
-        # No GPU: both refused.
-        assert _probe() == "- nvidia0=EPERM nvidia1=EPERM"
-        # Two one-GPU jobs at once, each on its own device.
-        first = subprocess.Popen(
-            ["docker", "exec", container_name(CLUSTER, "node1"), "srun", "--nodelist=node2", "--ntasks=1", "--gres=gpu:1",
-             "python3", "-c", GPU_PROBE, "20"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                code, running = node_run("node1", "squeue", "-h", "-t", "running", "-w", "node2", "-o", "%i")
-                if code == 0 and running.split():
-                    break
-                time.sleep(0.5)
-            second = _probe("--gres=gpu:1", "--immediate=30")
-            code, running = node_run("node1", "squeue", "-h", "-t", "running", "-w", "node2", "-o", "%i")
-            assert first.poll() is None and len(running.split()) >= 1, running  # the first still holds its GPU
-        finally:
-            out, _ = first.communicate(timeout=120)
-        one = [line for line in out.splitlines() if "nvidia0=" in line][-1]
-        assert {one, second} == {"0 nvidia0=ENXIO nvidia1=EPERM", "0 nvidia0=EPERM nvidia1=ENXIO"}, (one, second)
-        # More GPUs than the node has: refused at once, in Slurm's one line.
-        code, said = node_run("node1", "srun", "--nodelist=node2", "--gres=gpu:3", "true")
-        assert code != 0 and said.strip().splitlines()[-1].endswith("Requested node configuration is not available"), said
+        yield shared
     finally:
-        node_run("node2", "sh", "-c", "rm -f /dev/nvidia0 /dev/nvidia1")
-        back = run_pycli("provision", str(slurm_cluster), "--tags", "slurm", timeout=1800)
+        shared.restore()
+
+
+def test_slurm_confines_each_job_to_its_own_gpus_on_a_node_with_two_stand_in_gpus(shared_gpus):
+    # The bed's nodes have their own cgroup tree (cgroup v1 hosts; see pycli/local/plan.py), so Slurm's
+    # cgroup plugins run there as on a server: an open of a stand-in GPU that the job's cgroup lets
+    # through fails with ENXIO (no driver answers), one it refuses with EPERM.
+    if "\nslurm_cgroup=true\n" not in shared_gpus.inventory.read_text():
+        pytest.skip("this host gives the node containers no cgroup v1 tree (cgroup v2): Slurm runs without its cgroup plugins")
+    assert sinfo()["node2"][0] == "idle"
+    code, gres = node_run("node1", "sinfo", "-h", "-N", "-n", "node2", "-o", "%G")
+    assert code == 0 and gres.strip() == "gpu:2", gres
+    # One GPU: its own device opens (ENXIO), the other is refused; Slurm numbers it 0 for the job.
+    assert _probe("--gres=gpu:1") == "0 nvidia0=ENXIO nvidia1=EPERM"
+    # No GPU: both refused.
+    assert _probe() == "- nvidia0=EPERM nvidia1=EPERM"
+    # Two one-GPU jobs at once, each on its own device.
+    first = subprocess.Popen(
+        ["docker", "exec", container_name(CLUSTER, "node1"), "srun", "--nodelist=node2", "--ntasks=1", "--gres=gpu:1",
+         "python3", "-c", GPU_PROBE, "20"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_running("node2")
+        second = _probe("--gres=gpu:1", "--immediate=30")
+        code, running = node_run("node1", "squeue", "-h", "-t", "running", "-w", "node2", "-o", "%i")
+        assert first.poll() is None and len(running.split()) >= 1, running  # the first still holds its GPU
+    finally:
+        out, _ = first.communicate(timeout=120)
+    one = [line for line in out.splitlines() if "nvidia0=" in line][-1]
+    assert {one, second} == {"0 nvidia0=ENXIO nvidia1=EPERM", "0 nvidia0=EPERM nvidia1=ENXIO"}, (one, second)
+    # More GPUs than the node has: refused at once, in Slurm's one line.
+    code, said = node_run("node1", "srun", "--nodelist=node2", "--gres=gpu:3", "true")
+    assert code != 0 and said.strip().splitlines()[-1].endswith("Requested node configuration is not available"), said
+
+
+def _wait_running(node: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code, running = node_run("node1", "squeue", "-h", "-t", "running", "-w", node, "-o", "%i")
+        if code == 0 and running.split():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no job started running on {node} within {timeout:.0f} s")
+
+
+def test_accounts_and_a_qos_from_the_inventory_hold_or_refuse_a_job_over_its_limit_in_one_line(shared_gpus):
+    # Applied by the slurm_cluster fixture; the first test's second run of the site changed nothing.
+    assert _sacctmgr("qos", "where", "name=team-gpu", "format=Name,MaxTRESPU,MaxWall,Flags") == [
+        "team-gpu|gres/gpu=1|00:10:00|DenyOnLimit"]
+    assert _sacctmgr("association", "where", "account=team", "format=Account,User,Fairshare,QOS,DefaultQOS") == [
+        "team||2|normal,team-gpu|team-gpu", "team|root|1|normal,team-gpu|team-gpu"]
+    queue = ["--account", "team", "--qos", "team-gpu", "--gpus-per-node", "1"]
+    # Two GPUs (one on each node) where the QOS allows one a user: sbatch refuses it, in Slurm's words.
+    over = run_pycli("train", "-i", str(shared_gpus.inventory), "synthetic", "--np", "8", *queue, *SHORT, timeout=300)
+    assert over.returncode == 1, over.stdout[-3000:] + over.stderr[-3000:]
+    assert over.stderr.splitlines()[-1] == (
+        "pycli: error: sbatch on node1 refused the job: QOSMaxGRESPerUser: Batch job submission failed: Job violates "
+        "accounting/QOS policy (job submit limit, user's size and/or time limits)"), over.stderr
+    # Longer than its QOS's 10 minutes: refused the same way.
+    long = run_pycli("train", "-i", str(shared_gpus.inventory), "synthetic", "--np", "4", *queue, "--time-limit", "3600",
+                     *SHORT, timeout=300)
+    assert long.returncode == 1 and "refused the job: QOSMaxWallDurationPerJobLimit: " in long.stderr, long.stderr
+    # An account the user is not in: refused under enforcement.
+    other = run_pycli("train", "-i", str(shared_gpus.inventory), "synthetic", "--np", "4", "--account", "nosuch", *SHORT,
+                      timeout=300)
+    assert other.returncode == 1 and "Invalid account or account/partition combination specified" in other.stderr, other.stderr
+    # One GPU while another job of the user's holds the one the QOS allows: held with Slurm's reason, then run.
+    holder = subprocess.Popen(
+        ["docker", "exec", container_name(CLUSTER, "node1"), "srun", "--nodelist=node2", "--account=team", "--qos=team-gpu",
+         "--gres=gpu:1", "sleep", "15"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_running("node2")
+        held = run_pycli("train", "-i", str(shared_gpus.inventory), "synthetic", "--np", "4", *queue, *SHORT, timeout=600)
+    finally:
+        holder.communicate(timeout=120)
+    assert held.returncode == 0, held.stdout[-3000:] + held.stderr[-2000:]
+    job_id = slurm_job_id(held.stdout)
+    assert f"pycli: Slurm job {job_id} PENDING (QOSMaxGRESPerUser; held by a limit of its QOS or account)" in held.stdout
+    code, out = node_run("node1", "sacct", "-X", "-n", "-P", "-j", job_id, "-o", "Account,QOS,State,AllocTRES")
+    assert code == 0 and out.startswith("team|team-gpu|COMPLETED|") and "gres/gpu=1" in out, out
+    # What says absent is removed (root's own account, and root, stay); the stand-ins go with the nodes' files.
+    back = shared_gpus.restore()
     assert back.returncode == 0, back.stdout[-3000:]
+    assert _sacctmgr("qos", "where", "name=team-gpu", "format=Name") == []
+    assert _sacctmgr("association", "where", "user=root", "format=Account,User") == ["root|root"]
     code, gres = node_run("node1", "sinfo", "-h", "-N", "-n", "node2", "-o", "%G")
     assert gres.strip() == "(null)", gres
+    # Nothing declared present: enforcement is off again, and any account name runs as before.
+    conf = node_run("node1", "cat", "/etc/slurm/slurm.conf")[1]
+    assert "AccountingStorageEnforce" not in conf, conf

@@ -311,3 +311,42 @@ def test_ctrl_c_while_sbatch_submits_cancels_the_job_once_its_id_is_known(monkey
     assert ended.code == 130 and "pycli: cancelling Slurm job 42 (scancel)" in said
     record = (tmp_path / "job.sbatch").read_text()
     assert "s3cret" not in record and "proxy.example:3128" in record  # masked as job.txt masks it
+
+
+def test_sbatchs_refusal_is_one_line_with_slurms_own_reason_first():
+    # Slurm 22.05's sbatch over a QOS with DenyOnLimit: the reason, then the general line.
+    over = ("sbatch: error: QOSMaxGRESPerUser\n"
+            "sbatch: error: Batch job submission failed: Job violates accounting/QOS policy (job submit limit, user's "
+            "size and/or time limits)\n")
+    assert slurm.submit_refusal(over) == ("QOSMaxGRESPerUser: Batch job submission failed: Job violates accounting/QOS "
+                                          "policy (job submit limit, user's size and/or time limits)")
+    assert slurm.submit_refusal("sbatch: error: Batch job submission failed: Invalid account or account/partition "
+                                "combination specified\n") == (
+        "Batch job submission failed: Invalid account or account/partition combination specified")
+    assert slurm.submit_refusal("ssh: connect to host node1 port 22: Connection refused\n") == ""
+
+
+@pytest.mark.parametrize(("reason", "limit", "for_good"), [
+    ("QOSMaxGRESPerUser", True, False),  # the user's other jobs end, and it starts
+    ("AssocGrpGRES", True, False),
+    ("QOSMaxWallDurationPerJobLimit", True, True),  # it alone is over: it never starts
+    ("AssocMaxNodesPerJobLimit", True, True),
+    ("PartitionTimeLimit", False, True),
+    ("Resources", False, False),
+    ("Priority", False, False),
+    ("QOSNotAllowed", False, False),
+])
+def test_which_pending_reasons_are_limits_and_which_hold_a_job_for_good(reason, limit, for_good):
+    assert (slurm.held_by_limit(reason), slurm.never_starts(reason)) == (limit, for_good)
+
+
+def test_a_job_held_for_good_ends_as_bad_input_with_its_reason():
+    from pycli.core.errors import EXIT_BAD_INPUT
+    from pycli.jobs import slurm_queue as slurm_jobs
+
+    cancelled = slurm.AccountedJob(job_id="42", user="root", state="CANCELLED", exit_code=0, signal=0, submit="", start="",
+                                   elapsed="", nodes="", reason="", name="pycli-mnist")
+    ended = slurm_jobs.ending(cancelled, "42", interrupted=False, time_limit_s=None, held="QOSMaxWallDurationPerJobLimit")
+    assert ended.code == EXIT_BAD_INPUT
+    assert ended.why == ("Slurm job 42 would never start as asked (QOSMaxWallDurationPerJobLimit: over a per-job limit of "
+                         "its QOS, account or partition), so pycli cancelled it")

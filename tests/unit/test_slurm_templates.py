@@ -17,6 +17,19 @@ def _facts(hostname: str, address: str, cpus: int = 64, memory_mb: int = 515_000
                               "memtotal_mb": memory_mb, "processor_vcpus": cpus}}
 
 
+def _trusted(value):
+    """A value from the role's own files, trusted as templates all the way down, as Ansible trusts them."""
+    from ansible.template import trust_as_template
+
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, list):
+        return [_trusted(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _trusted(item) for key, item in value.items()}
+    return value
+
+
 def _render(template: str, host: str, hostvars: dict, **overrides) -> str:
     """The template as the role's template task writes it on `host` (trim_blocks, like the template module)."""
     from ansible.parsing.dataloader import DataLoader
@@ -24,7 +37,7 @@ def _render(template: str, host: str, hostvars: dict, **overrides) -> str:
     from ansible.template import Templar, trust_as_template
 
     def trusted(values: dict) -> dict:
-        return {k: trust_as_template(v) if isinstance(v, str) else v for k, v in values.items()}
+        return {k: _trusted(v) for k, v in values.items()}
 
     add_all_plugin_dirs(str(ROLE.parent / "cluster_address"))  # this role's dependency, for its filter
     variables = {
@@ -178,3 +191,76 @@ def test_the_gpu_probe_gets_slurm_prolog_timeout_and_the_prolog_is_killed_after_
     conf = _render("slurm.conf.j2", "gpu2", _gpu_cluster(), **overrides).splitlines()
     [slurms] = [int(line.split("=", 1)[1]) for line in conf if line.startswith("PrologEpilogTimeout=")]
     assert seconds + 15 < killed < slurms
+
+
+def test_partitions_come_from_inventory_groups_with_their_own_limits_and_settings():
+    cluster = {**_gpu_cluster(), "cpu1": {**_facts("cpu1", "10.0.0.3"), "_slurm_gpus": "0", "_slurm_cpus": "64",
+                                          "_slurm_nvml": False}}
+    groups = {"nodes": list(cluster), "slurm_controller": ["gpu1"], "gpu_nodes": ["gpu2", "gpu1", "elsewhere"],
+              "cpu_nodes": ["cpu1"]}
+    partitions = [{"name": "gpu", "group": "gpu_nodes", "default": True, "max_time": "2-00:00:00"},
+                  {"name": "cpu", "group": "cpu_nodes", "settings": {"AllowQos": "normal", "AllowAccounts": "ALL"}},
+                  {"name": "all"}]
+    conf = _render("slurm.conf.j2", "gpu1", cluster, groups=groups, slurm_partitions=partitions).splitlines()
+    # A group's nodes in the cluster's order, and only those of the cluster.
+    assert [line for line in conf if line.startswith("PartitionName=")] == [
+        "PartitionName=gpu Nodes=gpu1,gpu2 Default=YES MaxTime=2-00:00:00 State=UP",
+        "PartitionName=cpu Nodes=cpu1 Default=NO MaxTime=INFINITE State=UP AllowAccounts=ALL AllowQos=normal",
+        "PartitionName=all Nodes=gpu1,gpu2,cpu1 Default=NO MaxTime=INFINITE State=UP",
+    ]
+
+
+def _preflight_check(name_start: str) -> dict:
+    tasks = yaml.safe_load((ROLE / "tasks" / "preflight.yml").read_text())
+    [task] = [task for task in tasks if task["name"].startswith(name_start)]
+    return task
+
+
+@pytest.mark.parametrize(("partitions", "passes"), [
+    ([{"name": "gpu", "group": "gpu_nodes", "default": True}, {"name": "cpu", "group": "nodes"}], True),
+    ([{"name": "gpu", "default": True}, {"name": "cpu", "default": "yes"}], False),  # two defaults
+    ([{"name": "gpu"}, {"name": "gpu"}], False),
+    ([{"name": "gpu part"}], False),
+    ([{"group": "nodes"}], False),
+    ([], False),
+])
+def test_the_preflight_takes_partitions_with_distinct_names_and_one_default_at_most(partitions, passes):
+    task = _preflight_check("Check the partitions have names")
+    rules = task["ansible.builtin.assert"]["that"]
+    said = _render_expression(" and ".join(f"({rule})" for rule in rules), task["vars"], slurm_partitions=partitions)
+    assert said == str(passes)
+
+
+@pytest.mark.parametrize(("groups", "empty"), [
+    ({"gpu_nodes": ["gpu1"]}, "[]"),
+    ({"gpu_nodes": ["elsewhere"]}, "[['gpu', 'gpu_nodes', 0]]"),  # no node of the cluster
+    ({}, "[['gpu', 'gpu_nodes', 0]]"),  # no such group
+])
+def test_the_preflight_refuses_a_partition_whose_group_holds_no_node_of_the_cluster(groups, empty):
+    task = _preflight_check("Check each partition's inventory group")
+    said = _render_expression("_empty", task["vars"], slurm_partitions=[{"name": "gpu", "group": "gpu_nodes"}],
+                              groups={"nodes": ["gpu1", "gpu2"], "slurm_controller": ["gpu1"], **groups})
+    assert said == empty
+
+
+def _render_expression(expression: str, task_vars: dict, **overrides) -> str:
+    """An expression of a task's, with the task's own vars, as the role evaluates it."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    variables = {**yaml.safe_load((ROLE / "defaults" / "main.yml").read_text()), **task_vars, **overrides}
+    variables = {k: _trusted(v) for k, v in variables.items()}
+    templar = Templar(loader=DataLoader(), variables=variables)
+    return str(templar.template(trust_as_template("{{ " + expression + " }}")))
+
+
+@pytest.mark.parametrize(("declared", "line"), [
+    ({}, None),
+    ({"slurm_qos": [{"name": "gpu", "state": "absent"}]}, None),  # only removals: nothing to enforce
+    ({"slurm_accounts": [{"name": "team"}]}, "AccountingStorageEnforce=associations,limits,qos"),
+    ({"slurm_users": [{"name": "u", "accounts": ["team"]}], "slurm_accounting_enforce": ["associations"]},
+     "AccountingStorageEnforce=associations"),
+])
+def test_accounting_is_enforced_where_the_inventory_declares_accounts_users_or_qos(declared, line):
+    conf = _render("slurm.conf.j2", "gpu1", _gpu_cluster(), **declared).splitlines()
+    assert [found for found in conf if found.startswith("AccountingStorageEnforce=")] == ([line] if line else [])
