@@ -216,8 +216,10 @@ def stage(plan: JobPlan, run_dir: Path, container_files: Path | None = None, dis
     if peers and (untrusted := job_trust.parse_probe(checks[plan.rank0.name].stdout)):
         raise job_trust.Untrusted(plan, untrusted)
     said = {name: parse_stage(out.stdout) for name, out in checks.items()}
-    if (short := gpus_short(plan.request.gpus_per_node, [(h.name, said[h.name].gpus) for h in plan.hosts],
-                            "as staging counted them")) is not None:
+    # Over SSH pycli gives the GPUs out, from what staging counts; through Slurm, Slurm does, from its
+    # Gres (pycli.jobs.slurm_queue.batch_job checks that, before sbatch).
+    if not plan.slurm and (short := gpus_short(plan.request.gpus_per_node, [(h.name, said[h.name].gpus) for h in plan.hosts],
+                                               "as staging counted them")) is not None:
         raise BadInput(short)
     log = [f"{name}: cores {s.cpus}, GPUs {s.gpus}; lacked {', '.join(sorted(s.needs)) or 'nothing'}; removed old job folders "
            f"{', '.join(s.removed) or 'none'}" for name, s in said.items()]
