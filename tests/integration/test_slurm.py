@@ -96,7 +96,6 @@ def _write_inventory(inventory: Path, text: str, declared: dict) -> Path:
     return inventory
 
 
-
 @pytest.fixture(scope="module")
 def slurm_cluster(provisioned_cluster, tmp_path_factory):
     """The same nodes through an inventory with Slurm and ACCOUNTING; provisioned with the slurm role alone."""
