@@ -12,6 +12,9 @@ Three ways in, one file format (tab-separated, a header line, one row per entry)
 
 CPU time is this process's and its waited-for children's (os.times()): the Ansible and pycli
 processes a test starts are in it; the node containers' processes are not (Docker starts them).
+Idle time is the whole machine's, in core-seconds (/proc/stat's idle and iowait, where there is
+one): what an entry left idle while it ran, the cores it waited with that no part beside it
+took, so an entry that waits on a poll or a timeout shows it whatever runs its work.
 Standard library only.
 """
 
@@ -33,13 +36,28 @@ except ImportError:  # pragma: no cover - only where pytest is missing
     def _wrapper(function):
         return function
 
-COLUMNS = ("part", "entry", "outcome", "wall_s", "cpu_s", "setup_s", "call_s", "teardown_s")
+COLUMNS = ("part", "entry", "outcome", "wall_s", "cpu_s", "setup_s", "call_s", "teardown_s", "idle_s")
 PHASES = ("setup", "call", "teardown")
 
 
 def _cpu() -> float:
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
+
+
+def _idle() -> float | None:
+    """The machine's idle core-seconds since boot (/proc/stat), or None where it cannot be read."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = stat.readline().split()
+        return (int(fields[4]) + int(fields[5])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _idle_since(start: float | None) -> float | None:
+    now = _idle()
+    return None if start is None or now is None else now - start
 
 
 @dataclass
@@ -52,16 +70,18 @@ class Row:
     setup_s: float = 0.0
     call_s: float = 0.0
     teardown_s: float = 0.0
+    idle_s: float | None = None  # None: not measured (no /proc/stat, or a table written before it)
 
     def line(self) -> str:
         entry = " ".join(self.entry.split())  # a tab or newline in a test id would break the row
         figures = (self.wall_s, self.cpu_s, self.setup_s, self.call_s, self.teardown_s)
-        return "\t".join([self.part, entry, self.outcome, *(f"{f:.2f}" for f in figures)])
+        idle = "" if self.idle_s is None else f"{self.idle_s:.2f}"
+        return "\t".join([self.part, entry, self.outcome, *(f"{f:.2f}" for f in figures), idle])
 
     @classmethod
     def parse(cls, line: str) -> Row:
         part, entry, outcome, *figures = line.rstrip("\n").split("\t")
-        return cls(part, entry, outcome, *(float(f) for f in figures))
+        return cls(part, entry, outcome, *(float(f) if f else None for f in figures))
 
 
 def write_rows(path: Path, rows: list[Row], append: bool = False) -> None:
@@ -99,17 +119,19 @@ class _Recorder:
 
     def _phase(self, item, phase: str):
         row = self.rows.setdefault(item.nodeid, Row(self.part, item.nodeid))
-        wall0, cpu0 = time.monotonic(), _cpu()
+        wall0, cpu0, idle0 = time.monotonic(), _cpu(), _idle()
         try:
             return (yield)
         finally:
-            self._add(row, phase, time.monotonic() - wall0, _cpu() - cpu0)
+            self._add(row, phase, time.monotonic() - wall0, _cpu() - cpu0, _idle_since(idle0))
 
     @staticmethod
-    def _add(row: Row, phase: str, wall: float, cpu: float) -> None:
+    def _add(row: Row, phase: str, wall: float, cpu: float, idle: float | None) -> None:
         setattr(row, f"{phase}_s", getattr(row, f"{phase}_s") + wall)
         row.wall_s += wall
         row.cpu_s += cpu
+        if idle is not None:
+            row.idle_s = (row.idle_s or 0.0) + idle
 
     @_wrapper
     def pytest_runtest_setup(self, item):
@@ -142,10 +164,11 @@ def pytest_configure(config):
 # ---- steps that are not pytest, and the report ---------------------------------------------
 
 def run_step(path: Path, part: str, name: str, argv: list[str]) -> int:
-    wall0, cpu0 = time.monotonic(), _cpu()
+    wall0, cpu0, idle0 = time.monotonic(), _cpu(), _idle()
     code = subprocess.call(argv)
     wall = time.monotonic() - wall0
-    row = Row(part, name, "passed" if code == 0 else "failed", wall, _cpu() - cpu0, call_s=wall)
+    row = Row(part, name, "passed" if code == 0 else "failed", wall, _cpu() - cpu0, call_s=wall,
+              idle_s=_idle_since(idle0))
     write_rows(path, [row], append=True)
     return code
 
@@ -158,6 +181,14 @@ def _short(text: str, width: int = 110) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def _idle_text(row: Row) -> str:
+    return "-" if row.idle_s is None else f"{row.idle_s:.1f}"
+
+
+# The report's second list: the entries that left the machine most idle (waits no part filled).
+IDLE_TOP = 5
+
+
 def report(folder: Path, top: int, markdown: bool) -> str:
     rows = read_rows(folder)
     if not rows:
@@ -166,16 +197,22 @@ def report(folder: Path, top: int, markdown: bool) -> str:
     for row in rows:
         parts.setdefault(row.part, []).append(row)
     largest = sorted(rows, key=lambda r: r.wall_s, reverse=True)[:top]
+    idlest = sorted((r for r in rows if r.idle_s), key=lambda r: r.idle_s, reverse=True)[:IDLE_TOP]
     if markdown:
         lines = ["| part | wall | CPU (this machine's processes) | entries |", "|---|---|---|---|"]
         lines += [f"| {part} | {_minutes(sum(r.wall_s for r in rs))} | {_minutes(sum(r.cpu_s for r in rs))} | {len(rs)} |"
                   for part, rs in parts.items()]
-        lines += ["", "| largest entries | wall s | CPU s | setup s |", "|---|---|---|---|"]
-        lines += [f"| {r.part}: `{_short(r.entry)}` | {r.wall_s:.1f} | {r.cpu_s:.1f} | {r.setup_s:.1f} |" for r in largest]
+        lines += ["", "| largest entries | wall s | CPU s | setup s | idle core-s |", "|---|---|---|---|---|"]
+        lines += [f"| {r.part}: `{_short(r.entry)}` | {r.wall_s:.1f} | {r.cpu_s:.1f} | {r.setup_s:.1f} | {_idle_text(r)} |"
+                  for r in largest]
         return "\n".join(lines)
     lines = [f"timings ({folder}): the {len(largest)} largest of {len(rows)} entries",
-             f"{'wall s':>8}  {'CPU s':>8}  {'setup s':>8}  entry"]
-    lines += [f"{r.wall_s:8.1f}  {r.cpu_s:8.1f}  {r.setup_s:8.1f}  {_short(r.part + ': ' + r.entry)}" for r in largest]
+             f"{'wall s':>8}  {'CPU s':>8}  {'setup s':>8}  {'idle':>8}  entry"]
+    lines += [f"{r.wall_s:8.1f}  {r.cpu_s:8.1f}  {r.setup_s:8.1f}  {_idle_text(r):>8}  {_short(r.part + ': ' + r.entry)}"
+              for r in largest]
+    if idlest:
+        lines.append("the machine's idle core-seconds, most first (what an entry waited with, no part beside it filling it): "
+                     + ", ".join(f"{_short(r.part + ': ' + r.entry, 70)} {r.idle_s:.0f}" for r in idlest))
     lines.append("by part (molecule, lint, unit and the second venv run beside the integration tests): "
                  + ", ".join(f"{part} {_minutes(sum(r.wall_s for r in rs))}" for part, rs in parts.items()))
     return "\n".join(lines)

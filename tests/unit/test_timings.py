@@ -1,6 +1,7 @@
 """make test's timings table (tests/timings.py): the pytest plugin, the step runner, the report."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -39,6 +40,9 @@ def test_the_plugin_writes_a_row_per_test_with_its_setup_call_and_outcome(tmp_pa
     first, second = rows["test_first_pays_the_setup"], rows["test_second_does_not"]
     assert first.part == "part" and first.setup_s >= 0.3 > second.setup_s
     assert first.wall_s >= first.setup_s + first.call_s and first.cpu_s > 0
+    # The machine's idle core-seconds while each ran (/proc/stat): measured, never more than all cores.
+    cores = os.cpu_count() or 1
+    assert all(row.idle_s is not None and 0 <= row.idle_s <= row.wall_s * cores + 0.5 for row in rows.values()), rows
     assert rows["test_fails"].outcome == "failed" and first.outcome == "passed"
 
 
@@ -57,10 +61,28 @@ def test_the_report_puts_the_largest_first_and_sums_each_part(tmp_path):
     text = report(tmp_path, top=2, markdown=False)
     lines = text.splitlines()
     assert lines[0].endswith("the 2 largest of 3 entries")
-    assert lines[2].split() == ["90.0", "0.0", "80.0", "unit:", "b"]
+    assert lines[2].split() == ["90.0", "0.0", "80.0", "-", "unit:", "b"]  # "-": no idle figure
     assert lines[3].endswith("molecule: gpu fixture")  # a tab in an id cannot break the table
     assert "unit 1 min 31 s" in lines[-1] and "molecule 30.0 s" in lines[-1]
     assert "| unit | 1 min 31 s |" in report(tmp_path, top=2, markdown=True)
+
+
+def test_the_report_names_the_entries_that_left_the_machine_most_idle_and_reads_tables_without_the_column(tmp_path):
+    write_rows(tmp_path / "integration.tsv", [Row("integration", "busy", wall_s=50.0, idle_s=2.0),
+                                              Row("integration", "waits", wall_s=40.0, idle_s=70.0),
+                                              Row("integration", "unmeasured", wall_s=30.0)])
+    # A table written before the idle column: its rows read, with no idle figure.
+    (tmp_path / "old.tsv").write_text("part\tentry\toutcome\twall_s\tcpu_s\tsetup_s\tcall_s\tteardown_s\n"
+                                      "old\tstep\tpassed\t5.00\t1.00\t0.00\t5.00\t0.00\n")
+    rows = {row.entry: row for row in read_rows(tmp_path)}
+    assert rows["waits"].idle_s == 70.0 and rows["unmeasured"].idle_s is None and rows["step"].idle_s is None
+    assert rows["step"].wall_s == 5.0
+    lines = report(tmp_path, top=3, markdown=False).splitlines()
+    assert lines[2].split()[3] == "2.0" and lines[3].split()[3] == "70.0"
+    idle = next(line for line in lines if line.startswith("the machine's idle core-seconds"))
+    assert idle.index("integration: waits 70") < idle.index("integration: busy 2")
+    assert "unmeasured" not in idle and "step" not in idle
+    assert "| integration: `waits` | 40.0 | 0.0 | 0.0 | 70.0 |" in report(tmp_path, top=3, markdown=True)
 
 
 def test_the_play_that_starts_make_test_s_other_parts_is_one_of_site_yml(tmp_path):
