@@ -140,13 +140,16 @@ def first_provisioning(request, local_cluster, tmp_path_factory) -> Path:
     if marker := os.environ.get("PYCLI_TEST_SIDE_GO"):
         threading.Thread(target=_say_when_the_build_runs, args=(Path(os.environ["PYCLI_RUNS"]), Path(marker), ended),
                          daemon=True).start()
+    code = 1  # what the marker says where the provisioning raised
     try:
         proc = run_pycli("provision", str(local_cluster), timeout=3600)
+        code = proc.returncode
     finally:
         ended.set()
-        # make test starts molecule and lint once the provisioning has ended, well or not (Makefile).
+        # make test starts molecule and lint once the provisioning has ended, well or not (Makefile),
+        # and the 3-node lane its cluster once it has passed: the exit code says which.
         if provisioned := os.environ.get("PYCLI_TEST_PROVISIONED"):
-            Path(provisioned).touch()
+            Path(provisioned).write_text(f"{code}\n")
     if proc.returncode != 0:
         raise AssertionError(f"pycli provision exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
     found = re.search(r"; run folder (\S+)", proc.stdout)  # provisioning's first line
@@ -186,17 +189,44 @@ def _wait_for_the_parts_beside(limit_s: float = 3600) -> None:
 # provisioning (from the cache the first provisioning filled) start once that provisioning has
 # ended, at the lowest priority (nice 19 here, a CPU weight of 64 for its node containers, which
 # no nice value reaches, against a node's 1024), so they take the cores the 2-node tests leave
-# idle (waiting on a dead node, a timeout, Slurm) and not those they use; and the tests that need
-# it run last (pytest_collection_modifyitems). Its fixture gives the nodes their weight back
-# before any of them runs: what they measure (check --deep's compute and links) sees whole nodes.
+# idle (waiting on a dead node, a timeout, Slurm) and not those they use. Its fixture gives the
+# nodes their weight back before any of its tests runs: what they measure (check --deep's
+# compute and links) sees whole nodes.
+# Run by hand, one pytest runs the tests of both clusters, those of the 3-node one last
+# (pytest_collection_modifyitems). `make test` runs them as two lanes, two pytest processes side
+# by side (PYCLI_TEST_LANE): the 2-node cluster's tests in one, the 3-node cluster's in the other,
+# which waits for the first one's first provisioning (PYCLI_TEST_PROVISIONED) before it makes its
+# cluster; so the 3-node tests run in the minutes the 2-node ones spend waiting (on Slurm, a dead
+# node, a timeout), not after them. What they measure holds beside the other lane: the compute
+# gate names a node only when it is slow in two rounds, and the faults are far outside any
+# spread (a CPU share of 0.3, a link at 100 Mbit/s).
 THREE_NODES_FIXTURE = "three_nodes"
 LOW_CPU_SHARES, NODE_CPU_SHARES = 64, 1024
 LOW_PRIORITY = ["nice", "-n", "19"]
+LANE_ENV = "PYCLI_TEST_LANE"
+LANES = {"two-nodes": False, "three-nodes": True}  # lane -> whether it runs the 3-node cluster's tests
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests of the 3-node cluster after all others, each kind in its own order."""
-    items.sort(key=lambda item: THREE_NODES_FIXTURE in getattr(item, "fixturenames", ()))
+def _needs_three_nodes(item: pytest.Item) -> bool:
+    return THREE_NODES_FIXTURE in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests of the 3-node cluster after all others, each kind in its own order; under
+    PYCLI_TEST_LANE, only those of the lane's cluster."""
+    items.sort(key=_needs_three_nodes)
+    lane = os.environ.get(LANE_ENV)
+    if not lane:
+        return
+    if lane not in LANES:
+        raise pytest.UsageError(f"{LANE_ENV}={lane}: one of {', '.join(LANES)}")
+    kept = [item for item in items if _needs_three_nodes(item) == LANES[lane]]
+    if LANES[lane]:
+        both = [item.nodeid for item in kept if {"local_cluster", "provisioned_cluster"} & set(item.fixturenames)]
+        if both:  # the lane would make a 2-node cluster of its own
+            raise pytest.UsageError(f"{LANE_ENV}={lane}: these tests need both clusters: {', '.join(both)}")
+    config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+    items[:] = kept
 
 
 class _ThreeNodes(threading.Thread):
@@ -230,6 +260,8 @@ class _ThreeNodes(threading.Thread):
             self.failure = f"making the 3-node cluster failed: {error!r}"
 
     def _make(self) -> None:
+        if not self._first_provisioning_passed():
+            return
         code, out = self._pycli("cluster", "up", "--name", CLUSTER3, "--nodes", "3", "--slots", "1",
                                 "--output", str(self.inventory), "--ca-bundle", TEST_CA_BUNDLE, timeout=900)
         if code != 0:
@@ -240,6 +272,21 @@ class _ThreeNodes(threading.Thread):
                                 env={"PYCLI_RUNS": str(self.inventory.parent / "runs")})
         if code != 0:
             self.failure = f"pycli provision of {CLUSTER3} exited {code}:\n{out[-6000:]}"
+
+    def _first_provisioning_passed(self) -> bool:
+        """In the 3-node lane (make test), wait until the other lane's first provisioning has ended
+        (PYCLI_TEST_PROVISIONED: it writes its exit code there), whose cache this one's is made from."""
+        marker = os.environ.get("PYCLI_TEST_PROVISIONED")
+        if not marker or not os.environ.get(LANE_ENV):
+            return True
+        path, started = Path(marker), time.monotonic()
+        while not self._stopping and not path.exists():
+            time.sleep(2)
+        said = path.read_text().strip() if path.exists() else "not ended"
+        print(f"\nwaited {time.monotonic() - started:.0f} s for the first provisioning (the other lane's): exit {said or '?'}")
+        if said != "0":
+            self.failure = f"the other lane's first provisioning did not pass (exit {said or '?'}): its output says why"
+        return self.failure is None
 
     def end(self) -> None:
         """Stop what still runs (pycli ends its Ansible on SIGINT, as on Ctrl-C), then the cluster goes."""
@@ -294,4 +341,5 @@ def three_nodes(request, docker_engine, tmp_path_factory) -> Path:
     assert not maker.is_alive(), "the 3-node cluster was not made within 3600 s"
     assert maker.failure is None, maker.failure
     _cpu_shares(NODE_CPU_SHARES)
+    _wait_for_the_parts_beside()  # the 3-node lane's first test, as the other lane's
     return maker.inventory
