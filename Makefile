@@ -111,7 +111,8 @@ test-pythons:
 # The integration tests run as two lanes: the 2-node cluster's tests, and beside them the 3-node
 # cluster's, whose pytest makes its cluster once the first provisioning has passed (from the
 # cache that filled) and runs its tests as soon as it is there, in the minutes the 2-node tests
-# wait (tests/integration/conftest.py, PYCLI_TEST_LANE). Its output comes after the 2-node lane's.
+# wait (tests/integration/conftest.py, PYCLI_TEST_LANE); a test that compares the nodes' compute
+# runs alone (PYCLI_TEST_LANES_LOCK). Its output comes after the 2-node lane's.
 SIDE_WAIT_S := 300
 SIDE_WAIT = i=0; while [ ! -e $(TIMINGS)/side.go ] && [ $$i -lt $(SIDE_WAIT_S) ]; do sleep 1; i=$$((i+1)); done
 PROVISIONED_WAIT = while [ ! -e $(TIMINGS)/provisioned.go ]; do sleep 1; done
@@ -126,10 +127,10 @@ test-steps:
 		if [ "$$(cat $(TIMINGS)/second-venv.rc)" -eq 0 ]; then $(MAKE) --no-print-directory unit-second; else echo "make test: the second venv was not made (see its output), so its unit tests did not run"; false; fi; \
 		second=$$?; [ "$$torch" -eq 0 ] && [ "$$second" -eq 0 ]; } >$(TIMINGS)/unit.log 2>&1; echo $$? >$(TIMINGS)/unit.rc) & \
 	($(PROVISIONED_WAIT); PYCLI_TEST_NODE_CPU_SHARES=64 nice -n 19 $(MAKE) --no-print-directory molecule lint >$(TIMINGS)/niced.log 2>&1; echo $$? >$(TIMINGS)/niced.rc) & \
-	(PYCLI_TEST_PROVISIONED=$(TIMINGS)/provisioned.go PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc \
+	(PYCLI_TEST_PROVISIONED=$(TIMINGS)/provisioned.go PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc PYCLI_TEST_LANES_LOCK=$(TIMINGS)/lanes.lock \
 		$(MAKE) --no-print-directory integration-three-nodes >$(TIMINGS)/three-nodes.log 2>&1; echo $$? >$(TIMINGS)/three-nodes.rc) & \
 	PYCLI_TEST_SIDE_GO=$(TIMINGS)/side.go PYCLI_TEST_PROVISIONED=$(TIMINGS)/provisioned.go PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc PYCLI_TEST_SECOND_PYCLI=$(abspath $(SECOND_BIN))/pycli \
-		PYCLI_TEST_LANE=two-nodes $(MAKE) --no-print-directory integration; integration=$$?; touch $(TIMINGS)/provisioned.go; \
+		PYCLI_TEST_LANE=two-nodes PYCLI_TEST_LANES_LOCK=$(TIMINGS)/lanes.lock $(MAKE) --no-print-directory integration; integration=$$?; touch $(TIMINGS)/provisioned.go; \
 	wait; echo "make test: the output of the 3-node cluster's tests:"; cat $(TIMINGS)/three-nodes.log; \
 	echo "make test: the output of molecule and lint:"; cat $(TIMINGS)/niced.log; \
 	echo "make test: the output of the second venv:"; cat $(TIMINGS)/second-venv.log; \

@@ -17,7 +17,8 @@ import pytest
 from tests.conftest import run_pycli
 from tests.integration.conftest import CLUSTER3, node_shell
 
-pytestmark = pytest.mark.integration
+# Both tests compare the nodes' compute: the other lane of make test waits meanwhile (conftest.py).
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("quiet_machine")]
 
 
 def _cpus(node: str, share: str) -> None:
