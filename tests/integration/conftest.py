@@ -199,12 +199,9 @@ def _wait_for_the_parts_beside(limit_s: float = 3600) -> None:
 # by side (PYCLI_TEST_LANE): the 2-node cluster's tests in one, the 3-node cluster's in the other,
 # which waits for the first one's first provisioning (PYCLI_TEST_PROVISIONED) before it makes its
 # cluster; so the 3-node tests run in the minutes the 2-node ones spend waiting (on Slurm, a dead
-# node, a timeout), not after them. What they measure holds beside the other lane: the compute
-# gate names a node only when it is slow in two rounds, and the faults are far outside any
-# spread (a CPU share of 0.3, a link at 100 Mbit/s).
-# One exception: the compute gate compares nodes measured one after another, and beside the other
-# lane's jobs a healthy node measured while they ran came out at 0.2 to 0.58 of the others
-# (make test, 2026-12-04). So a test that measures the machine's cores (the fixture
+# node, a timeout), not after them. The compute gate compares nodes measured one after another,
+# and beside the other lane's jobs a healthy node came out at 0.2 to 0.58 of the others (make
+# test, 2026-12-04). So a test that measures the machine's cores (the fixture
 # quiet_machine) holds the lanes' lock (PYCLI_TEST_LANES_LOCK) alone while it runs: it waits for
 # the other lane's running test to end, and the other lane's next test waits for it (every other
 # test holds the lock shared).
@@ -382,7 +379,7 @@ def _cpu_shares(shares: int) -> None:
 
 def _start_three_nodes(session: pytest.Session, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Start making the 3-node cluster where a test of this session needs it."""
-    if any(THREE_NODES_FIXTURE in getattr(item, "fixturenames", ()) for item in session.items):
+    if any(_needs_three_nodes(item) for item in session.items):
         _made_here(session.config, tmp_path_factory)
 
 
