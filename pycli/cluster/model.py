@@ -57,13 +57,16 @@ WORK_DIR_VAR = "common_work_dir"
 INTERFACE_VAR = "pycli_network_interface"
 # Nodes that share one machine's cores (local clusters): measurements run one node at a time.
 SHARED_CPUS_VAR = "pycli_nodes_share_cpus"
+# The slurm role's switch for pycli's node gate (health check, prolog, epilog; on by default).
+NODE_GATE_VAR = "slurm_node_gate"
 # How many job folders (and staged files) a node keeps (pycli.jobs.files).
 JOBS_KEPT_VAR = "pycli_jobs_kept"
 # The cluster's name, the first one set (the roles take the same: ssh_trust_cluster_name): the
 # inventory's own, else a local cluster's (`pycli cluster up` writes it).
 CLUSTER_NAME_VAR = "pycli_cluster_name"
 LOCAL_CLUSTER_VAR = "pycli_local_cluster"
-SETTINGS_VARS = (VENV_VAR, WORK_DIR_VAR, INTERFACE_VAR, SHARED_CPUS_VAR, JOBS_KEPT_VAR, CLUSTER_NAME_VAR, LOCAL_CLUSTER_VAR)
+SETTINGS_VARS = (VENV_VAR, WORK_DIR_VAR, INTERFACE_VAR, SHARED_CPUS_VAR, NODE_GATE_VAR, JOBS_KEPT_VAR, CLUSTER_NAME_VAR,
+                 LOCAL_CLUSTER_VAR)
 # Where Alertmanager posts alerts (role monitoring): checked here, so a bad one is one line
 # before provisioning starts, not a failed play; by the rule the role's preflight checks it with.
 WEBHOOK_VAR = "monitoring_alert_webhook_url"
@@ -157,6 +160,11 @@ class Cluster:
     def nodes_share_cpus(self) -> bool:
         """The inventory says its nodes share one machine's cores (a local cluster)."""
         return str(self.settings.get(SHARED_CPUS_VAR, "")).strip().lower() in ("true", "yes", "1")
+
+    @property
+    def slurm_node_gate(self) -> bool:
+        """Slurm runs pycli's node gate on the nodes, its epilog too: unless the inventory turns it off."""
+        return str(self.settings.get(NODE_GATE_VAR, "true")).strip().lower() not in ("false", "no", "0", "off")
 
     def for_jobs(self) -> Cluster:
         """The cluster jobs run on: drained hosts left out, the launcher the first host left if

@@ -7,8 +7,11 @@ an sshd listens on the job's port with keys made for this job alone: one host ke
 container presents, listed in a known_hosts file under each node's name and address, and one
 login key. horovodrun and mpirun in the launcher's container reach the others exactly as they
 reach nodes, with strict host-key checking; nothing of the nodes' own SSH trust enters the
-image. This module holds the pure parts (names, checks, key files); the playbook
-`playbooks/job_container.yml` starts and removes the containers.
+image. This module holds the pure parts (names, checks, key files, the Slurm step that starts
+the containers); the job folder's container/start.sh starts a container (its one `docker run`),
+run on each node by the playbook `playbooks/job_container.yml` over SSH, and through Slurm by the
+job's first step, inside its allocation. The playbook removes them after the job; through Slurm,
+the epilog on each node does too (pycli_node.node_gate), whoever ends the job.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ from typing import Any
 from pycli.cluster.model import Host
 from pycli.core.errors import BadInput
 from pycli.core.paths import NODE_PACKAGE
+from pycli_node.node_gate import CONTAINER_KEYS, SLURM_JOB_LABEL
 
 # The sshd of every job container (--docker) listens here, on the nodes' network; the port
 # Horovod's documentation uses. Not the nodes' own SSH port (cluster_model.DEFAULT_SSH_PORT, 22).
 DEFAULT_JOB_SSH_PORT = 12345
 ENTRY_SCRIPT = NODE_PACKAGE / "job-container.sh"
+START_SCRIPT = NODE_PACKAGE / "job-container-start.sh"
 LABEL_JOB = "io.pycli.job"
 # The Docker reference grammar (distribution/reference), without the rarely used
 # uppercase-free domain subtleties: [registry[:port]/]name[/name...][:tag][@digest].
@@ -72,6 +77,8 @@ def parse_job_container(image: str, ssh_port: int, options: Sequence[str], hosts
         except ValueError as exc:
             raise BadInput(f"--docker-opt {text!r}: {exc}") from None
         for word in words:
+            if "\n" in word:  # start.sh reads the options one a line
+                raise BadInput(f"--docker-opt {text!r}: an option cannot hold a line break")
             if word.split("=", 1)[0] in _OWN_OPTIONS:
                 raise BadInput(f"--docker-opt {text!r}: pycli sets {word.split('=', 1)[0]} itself")
         run_options += words
@@ -110,7 +117,7 @@ def _new_key() -> tuple[bytes, str]:
 
 
 # Files the containers read from the job folder (container/ beside the workloads).
-PRIVATE_FILES = ("ssh_host_ed25519_key", "id_ed25519")
+PRIVATE_FILES = CONTAINER_KEYS
 
 
 def write_container_files(folder: Path, hosts: Sequence[Host], container: JobContainer, job_id: str) -> None:
@@ -125,6 +132,7 @@ def write_container_files(folder: Path, hosts: Sequence[Host], container: JobCon
         "known_hosts": (known_hosts_line(hosts, container.ssh_port, host_public), 0o644),
         "authorized_keys": (authorized_keys_line(login_public, job_id), 0o600),
         "entry.sh": (ENTRY_SCRIPT.read_text(), 0o755),
+        "start.sh": (START_SCRIPT.read_text(), 0o755),
     }
     for name, (text, mode) in files.items():
         path = folder / name
@@ -138,10 +146,24 @@ def forget_private_keys(folder: Path) -> None:
         (folder / name).unlink(missing_ok=True)
 
 
-def exec_line(container: JobContainer, job_id: str, workdir: PurePosixPath, env: Sequence[str], argv: Sequence[str]) -> str:
-    """The shell line a node runs to start `argv` inside the job's container (a tty for Ctrl-C)."""
-    env_args = [arg for pair in env for arg in ("-e", pair)]
-    return "exec " + shlex.join(["docker", "exec", "-it", "-w", str(workdir), *env_args, container.name(job_id), *argv])
+def exec_line(container: JobContainer, job_id: str, workdir: PurePosixPath, env: Sequence[str], argv: Sequence[str],
+              tty: bool = True, passed: Sequence[str] = ()) -> str:
+    """The shell line a node runs to start `argv` inside the job's container, with `env`
+    (NAME=VALUE) and the `passed` variables' values of the node's shell: with a tty for Ctrl-C
+    over SSH; without one in a Slurm batch script, which has none (scancel stops it)."""
+    env_args = [arg for pair in (*env, *passed) for arg in ("-e", pair)]
+    return "exec " + shlex.join(["docker", "exec", "-it" if tty else "-i", "-w", str(workdir), *env_args,
+                                 container.name(job_id), *argv])
+
+
+def slurm_start_line(container: JobContainer, job_id: str, job_dir: PurePosixPath, work_dir: PurePosixPath) -> str:
+    """The shell line of a Slurm job's first step, on each node of its allocation: the job's
+    container with the node's GPUs Slurm gave the job (SLURM_STEP_GPUS: a step gets all of the
+    job's GPUs on its node), labelled with the Slurm job's id for the epilog to remove it."""
+    words = [str(job_dir / "container" / "start.sh"), container.name(job_id), container.image,
+             str(container.ssh_port), str(work_dir), str(job_dir)]
+    return (shlex.join(words) + ' "${SLURM_STEP_GPUS:-}" ' + shlex.quote(f"{LABEL_JOB}={job_id}")
+            + f' "{SLURM_JOB_LABEL}=$SLURM_JOB_ID"')
 
 
 def playbook_vars(container: JobContainer, job_id: str, job_dir: PurePosixPath, work_dir: PurePosixPath,

@@ -331,10 +331,11 @@ def mpirun_argv(
 def job_mpirun_argv(plan: JobPlan, user: str) -> list[str]:
     """The job under mpirun: Horovod with its MPI controller, the ranks started by Open MPI."""
     hosts = plan.hosts
-    if plan.slurm:
+    if plan.slurm and not plan.request.container:
         # Inside a Slurm allocation Open MPI keeps only the hosts of -H the allocation names, named
         # as Slurm names them: the inventory's names (roles/slurm). Its daemons start through srun,
-        # so the names need not resolve.
+        # so the names need not resolve. (In a job container, Open MPI sees no Slurm and starts
+        # them over the containers' SSH, as without Slurm.)
         hosts = tuple(replace(host, address=host.name) for host in hosts)
     launch = mpirun_argv("mpirun", hosts, np=plan.np, user=user, ssh_ports=plan.ssh_ports,
                          network_interface=plan.network_interface)
@@ -424,7 +425,11 @@ def remote_shell(plan: JobPlan, argv: Sequence[str], hosts: Sequence[Host] | Non
         env += TORCHRUN_ELASTIC_ENV
     env += socket_interface_env(plan.network_interface)
     if plan.request.container:
-        return containers.exec_line(plan.request.container, plan.job_id, plan.job_dir, env, argv)
+        # The rendezvous id the batch script sets goes on into the container, as Slurm's own
+        # variables do not: the container sees only the job's GPUs, numbered from 0.
+        passed = [TORCHRUN_RDZV_ID_ENV] if plan.slurm and plan.launcher == "torchrun" else []
+        return containers.exec_line(plan.request.container, plan.job_id, plan.job_dir, env, argv,
+                                    tty=not plan.slurm, passed=passed)
     # Every word quoted, the inventory's and the command line's values with them; only the
     # node's own $PATH is left for its shell to expand.
     path = shlex.quote(f"PATH={plan.layout.venv / 'bin'}") + ':"$PATH"'

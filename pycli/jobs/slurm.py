@@ -95,6 +95,7 @@ class BatchJob:
     comment: str = ""  # the pycli job id, kept in Slurm's accounting (sacct -o Comment)
     job_id_env: str = ""  # a variable the script sets to the Slurm job id for its steps (torchrun's rendezvous id)
     elastic: bool = False  # --elastic: the job keeps its allocation when a node fails; the launcher goes on without it
+    setup: str = ""  # a shell line run first, as a step of one task on every node (--docker: the job's containers)
 
 
 def sbatch_script(job: BatchJob) -> str:
@@ -125,6 +126,9 @@ def sbatch_script(job: BatchJob) -> str:
     ]
     if job.job_id_env:
         lines.append(f'export {job.job_id_env}="slurm-$SLURM_JOB_ID"')
+    if job.setup:  # a failure on any node ends the job with its code, before the launcher
+        lines.append(f"srun --ntasks-per-node=1 --ntasks={len(job.nodes)} --kill-on-bad-exit=1 "
+                     f"bash -c {shlex.quote(job.setup)} || exit $?")
     if len(job.steps) == 1:
         lines.append(job.steps[0][1])
         return "\n".join(lines) + "\n"

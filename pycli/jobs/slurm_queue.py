@@ -24,7 +24,7 @@ from pycli.cluster.drained import stamp
 from pycli.cluster.model import Cluster, Drained, Host
 from pycli.cluster.nodes import SSH_TIMEOUT_S, RemoteProcess, ssh_each, ssh_stream
 from pycli.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, BadInput, PycliError
-from pycli.jobs import slurm
+from pycli.jobs import containers, slurm
 from pycli.jobs.launch import TORCHRUN_RDZV_ID_ENV, JobPlan, gpus_short, launch_commands
 from pycli.jobs.processes import STOP_GRACE_S, JobExit
 
@@ -71,7 +71,8 @@ def without_unavailable(cluster: Cluster, states: dict[str, slurm.NodeState], sa
 
 def batch_job(plan: JobPlan, states: dict[str, slurm.NodeState], time_limit_s: float | None) -> slurm.BatchJob:
     """What to ask Slurm for: the plan's nodes, the most ranks on any of them, the GPUs asked for
-    (--gpus-per-node; else one per rank on GPU nodes), and the request's account, QOS and partition."""
+    (--gpus-per-node; else one per rank on GPU nodes), and the request's account, QOS and partition;
+    with --docker, the job's containers started as its first step."""
     tasks = max(host.slots for host in plan.hosts)
     counts = [(h.name, states[h.name].gpus if h.name in states else 0) for h in plan.hosts]
     if (short := gpus_short(plan.request.gpus_per_node, counts, "in Slurm's Gres")) is not None:
@@ -87,6 +88,8 @@ def batch_job(plan: JobPlan, states: dict[str, slurm.NodeState], time_limit_s: f
         queue=slurm.queue_options(plan.request.queue, slurm.SLURM), comment=f"pycli job {plan.job_id}",
         job_id_env=TORCHRUN_RDZV_ID_ENV if plan.launcher == "torchrun" else "",
         elastic=plan.elastic_min_np is not None,
+        setup="" if plan.request.container is None else containers.slurm_start_line(
+            plan.request.container, plan.job_id, plan.job_dir, plan.layout.work_dir),
     )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from pycli.cluster import runner
 from pycli.cluster.hostfiles import fill_slots, render_hostfile
-from pycli.cluster.model import INTERFACE_VAR, JOBS_KEPT_VAR, Cluster, interface_problem
+from pycli.cluster.model import INTERFACE_VAR, JOBS_KEPT_VAR, NODE_GATE_VAR, Cluster, interface_problem
 from pycli.core.errors import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
@@ -124,9 +124,10 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
     queue_options(request.queue, scheduler)
     if request.gpus_per_node is not None and request.gpus_per_node < 0:
         raise BadInput(f"--gpus-per-node {request.gpus_per_node}: give the GPUs the job gets on each node, 0 or more")
-    if scheduler == SLURM and request.container is not None:
-        raise BadInput("--docker does not work through Slurm yet; add --scheduler ssh to start the job "
-                       "over SSH (outside the queue)")
+    if scheduler == SLURM and request.container is not None and not cluster.slurm_node_gate:
+        raise BadInput(f"--docker through Slurm needs pycli's node gate, whose epilog removes a job's containers as "
+                       f"the job ends, and this inventory sets {NODE_GATE_VAR} off; add --scheduler ssh, or turn it on "
+                       "and run 'pycli provision --tags slurm'")
     if request.threads_per_rank is not None and request.threads_per_rank < 1:
         raise BadInput(f"--threads-per-rank {request.threads_per_rank}: give the CPU threads of each rank, 1 or more")
     for setting in request.env:
@@ -213,12 +214,15 @@ def stage(plan: JobPlan, run_dir: Path, container_files: Path | None = None) -> 
 
 
 def start_containers(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
-    """--docker: the job's container on every node of the job, its sshd answering."""
+    """--docker: over SSH, the job's container on every node of the job, its sshd answering;
+    through Slurm, only each node's options for the job's first step, which starts them inside
+    its allocation (pycli.jobs.slurm_queue)."""
     assert plan.request.container is not None
+    state, what = ("prepared", "preparing") if plan.slurm else ("started", "starting")
     _run_playbook(
         inventory, CONTAINER_PLAYBOOK, run_dir / "containers",
-        containers.playbook_vars(plan.request.container, plan.job_id, plan.job_dir, plan.layout.work_dir, "started"),
-        ",".join(h.name for h in plan.hosts), f"starting the job containers of {plan.request.container.image}",
+        containers.playbook_vars(plan.request.container, plan.job_id, plan.job_dir, plan.layout.work_dir, state),
+        ",".join(h.name for h in plan.hosts), f"{what} the job containers of {plan.request.container.image}",
     )
 
 
@@ -354,8 +358,12 @@ def run_job(
         if container is not None:
             up = time.monotonic()
             start_containers(plan, inventory, run_dir)
-            write(f"pycli: job containers up on {', '.join(h.name for h in plan.hosts)} "
-                  f"(sshd on port {container.ssh_port}) in {time.monotonic() - up:.0f} s")
+            if plan.slurm:
+                write("pycli: the job's containers start as its first step, inside its allocation; "
+                      "Slurm's epilog removes them as the job ends")
+            else:
+                write(f"pycli: job containers up on {', '.join(h.name for h in plan.hosts)} "
+                      f"(sshd on port {container.ssh_port}) in {time.monotonic() - up:.0f} s")
         started = time.monotonic()  # the job's own time, as without containers
 
         def attempt(plan: JobPlan, time_limit_s: float | None, number: int = 0) -> JobExit:

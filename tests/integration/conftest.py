@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import PYCLI, ROOT, TEST_CA_BUNDLE, run_pycli
+from tests.conftest import ANSIBLE_PLAYBOOK, PYCLI, ROOT, TEST_CA_BUNDLE, run_pycli
 
 # One cluster per test session, so sessions running side by side never share nodes.
 CLUSTER = f"pytest-{os.getpid()}"
@@ -171,6 +171,22 @@ def provisioned_cluster(local_cluster, first_provisioning) -> Path:
     """
     _wait_for_the_parts_beside()
     return local_cluster
+
+
+# `pycli train --docker`'s image in the tests: no registry is reachable here, so it is made on
+# each node of the session's cluster from the node's own system (tests/fixtures/job_image.yml).
+JOB_IMAGE = "pycli-test/horovod:1"
+
+
+@pytest.fixture(scope="session")
+def job_image(provisioned_cluster) -> str:
+    """JOB_IMAGE on both nodes, made once a session (test_slurm's containers, test_train_docker's)."""
+    proc = subprocess.run(
+        [ANSIBLE_PLAYBOOK, "-i", str(provisioned_cluster), "tests/fixtures/job_image.yml"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return JOB_IMAGE
 
 
 def _wait_for_the_parts_beside(limit_s: float = 3600) -> None:

@@ -21,7 +21,7 @@ import pytest
 from pycli.core.paths import state_dir
 from pycli.local.plan import container_name
 from tests.conftest import ROOT, run_pycli
-from tests.integration.conftest import CLUSTER, NODE_VENV, node_run
+from tests.integration.conftest import CLUSTER, NODE_VENV, node_run, node_shell
 from tests.integration.test_cache_stage import changed_tasks, site_yml_as_typed
 from tests.integration.test_train import RDZV_SOONER
 
@@ -540,6 +540,59 @@ def test_slurm_confines_each_job_to_its_own_gpus_on_a_node_with_two_stand_in_gpu
     # More GPUs than the node has: refused at once, in Slurm's one line.
     code, said = node_run("node1", "srun", "--nodelist=node2", "--gres=gpu:3", "true")
     assert code != 0 and said.strip().splitlines()[-1].endswith("Requested node configuration is not available"), said
+
+
+def _job_containers(label: str) -> dict[str, list[str]]:
+    """node -> the names of the containers with `label` (key=value) on it."""
+    found = {}
+    for node in ("node1", "node2"):
+        code, out = node_run(node, "docker", "ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}")
+        assert code == 0, out
+        found[node] = out.split()
+    return found
+
+
+def test_docker_jobs_run_inside_their_allocation_with_their_gpus_and_end_with_it(shared_gpus, job_image):
+    # Slurm's own GPUs for the job: one of each node's two, as device files in its containers.
+    seen: list[str] = []
+    proc = _start(shared_gpus.inventory, "tests/fixtures/container_gpus_probe.py", "--np", "8", "--gpus-per-node", "1",
+                  "--docker", job_image, "--", "600")
+    try:
+        while sum("GPUS " in line for line in seen) < 8:  # every rank's line
+            _read_until(proc, r"GPUS ", seen)
+    except BaseException:
+        proc.kill()
+        raise
+    out = "".join(seen)
+    job_id = slurm_job_id(out)
+    probes = sorted((json.loads(line.split("GPUS ", 1)[1]) for line in seen if "GPUS " in line), key=lambda p: p["rank"])
+    assert [(p["rank"], p["host"]) for p in probes] == [(r, "node1" if r < 4 else "node2") for r in range(8)], out[-3000:]
+    assert all(len(p["devices"]) == 1 and list(p["devices"].values()) == ["ENXIO"] for p in probes), probes
+    assert re.search(r"job container \S+ from \S+ up on node2 \(GPUs: --device /dev/nvidia[01]\)", out), out[-3000:]
+    started = _job_containers(f"io.pycli.slurm-job={job_id}")
+    assert all(len(names) == 1 for names in started.values()), started
+    # pycli is gone (a laptop closed, a killed terminal), and the job is cancelled in Slurm: the
+    # epilog removes its containers on every node, and the job's private keys with them.
+    proc.kill()  # its ssh children end with the job
+    proc.wait(timeout=60)
+    proc.stdout.close()
+    code, said = node_run("node1", "scancel", job_id)
+    assert code == 0, said
+    deadline = time.monotonic() + 60
+    while any((left := _job_containers(f"io.pycli.slurm-job={job_id}")).values()):
+        assert time.monotonic() < deadline, left
+        time.sleep(1)
+    job_dir = re.search(r"pycli: job (\S+):", out).group(1)
+    for node in ("node1", "node2"):
+        code, keys = node_shell(node, f"ls /srv/pycli/jobs/{job_dir}/container")
+        assert code == 0 and sorted(keys.split()) == ["authorized_keys", "entry.sh", "known_hosts", "run-options",
+                                                      "start.sh"], (node, keys)
+    code, steps = node_run("node1", "sacct", "-n", "-P", "-j", job_id, "-o", "JobID,State,NodeList")
+    assert code == 0, steps
+    # The job, its batch step, and the step that started the containers on both nodes.
+    rows = {line.split("|")[0]: line.split("|")[1:] for line in steps.splitlines() if line.strip()}
+    assert rows[job_id][0].startswith("CANCELLED") and rows[job_id][1] == "node[1-2]", steps
+    assert rows[f"{job_id}.0"] == ["COMPLETED", "node[1-2]"], steps
 
 
 def _wait_running(node: str, timeout: float = 60) -> None:

@@ -1,7 +1,8 @@
 """`pycli train --docker IMAGE` on the provisioned 2-node cluster: every rank in a job container.
 
 No registry is reachable here, so the image is made on each node from the node's own system
-(tests/fixtures/job_image.yml): Python with torch and Horovod, Open MPI, OpenSSH.
+(the job_image fixture, tests/fixtures/job_image.yml): Python with torch and Horovod, Open MPI,
+OpenSSH. `--docker` through Slurm is test_slurm's.
 """
 
 import json
@@ -17,7 +18,6 @@ from tests.integration.conftest import CLUSTER
 from tests.integration.test_train import FAST, interrupt_a_running_job, records, results_of, train
 
 pytestmark = pytest.mark.integration
-IMAGE = "pycli-test/horovod:1"
 
 
 def on_nodes(*argv):
@@ -34,16 +34,6 @@ def job_containers():
     return {node: out for node, (_, out) in on_nodes("docker", "ps", "-aq", "--filter", "label=io.pycli.job").items()}
 
 
-@pytest.fixture(scope="module")
-def job_image(provisioned_cluster):
-    proc = subprocess.run(
-        [ANSIBLE_PLAYBOOK, "-i", str(provisioned_cluster), "tests/fixtures/job_image.yml"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    return IMAGE
-
-
 def test_every_rank_runs_in_a_job_container_that_checks_host_keys(provisioned_cluster, job_image):
     node2 = provisioned_cluster.read_text().split("\nnode2 ansible_host=")[1].split()[0]
     proc = train(provisioned_cluster, "tests/fixtures/container_probe.py", "--np", "2", "--docker", job_image, "--", node2)
@@ -58,7 +48,7 @@ def test_every_rank_runs_in_a_job_container_that_checks_host_keys(provisioned_cl
     assert probes[0]["ssh_unknown_key"] == [255, ["Host key verification failed."]]
     assert not any(job_containers().values()), job_containers()
     run_dir = results_of(proc).parent
-    assert sorted(p.name for p in (run_dir / "container").iterdir()) == ["authorized_keys", "entry.sh", "known_hosts"]
+    assert sorted(p.name for p in (run_dir / "container").iterdir()) == ["authorized_keys", "entry.sh", "known_hosts", "start.sh"]
 
 
 def test_mnist_with_mpirun_inside_containers_brings_back_metrics(provisioned_cluster, job_image):

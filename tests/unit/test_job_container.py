@@ -19,22 +19,24 @@ DATA = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
 HOSTS = (Host(name="n1", address="10.9.0.1", user="train", slots=2), Host(name="n2", address="10.9.0.2", user="train", slots=2))
 
 
-def job(launcher=None, workload="mnist", options=(), port=containers.DEFAULT_JOB_SSH_PORT, **kw):
+def job(launcher=None, workload="mnist", options=(), port=containers.DEFAULT_JOB_SSH_PORT, slurm=False, **kw):
     container = containers.parse_job_container("horovod/horovod:0.28.1", port, options, HOSTS)
     request = JobRequest(np=4, workload=workload, launcher=launcher, controller=kw.pop("controller", "gloo"),
-                         data_dir=DATA, container=container, **kw)
-    return plan_job(Cluster(hosts=HOSTS, launcher="n1"), request, layout=NodeLayout(), job_id="j1")
+                         data_dir=DATA, container=container, scheduler="slurm" if slurm else "ssh", **kw)
+    cluster = Cluster(hosts=HOSTS, launcher="n1", slurm_controller="n1" if slurm else None)
+    return plan_job(cluster, request, layout=NodeLayout(), job_id="j1")
 
 
-def docker_exec(line):
-    """Split `exec docker exec -it -w DIR -e K=V... NAME argv...` into (workdir, env, name, argv)."""
+def docker_exec(line, tty="-it"):
+    """Split `exec docker exec -it -w DIR -e K=V... NAME argv...` into (workdir, env, name, argv);
+    a variable passed on by name alone (-e NAME) has the value None."""
     words = shlex.split(line)
-    assert words[:4] == ["exec", "docker", "exec", "-it"]
+    assert words[:4] == ["exec", "docker", "exec", tty]
     assert words[4] == "-w"
     workdir, rest, env = words[5], words[6:], {}
     while rest[0] == "-e":
-        key, value = rest[1].split("=", 1)
-        env[key] = value
+        key, _, value = rest[1].partition("=")
+        env[key] = value if _ else None
         rest = rest[2:]
     return workdir, env, rest[0], rest[1:]
 
@@ -95,6 +97,43 @@ def test_torchrun_runs_in_every_node_container():
         assert argv[0] == "torchrun" and argv[argv.index("--node-rank") + 1] == str(rank)
 
 
+def test_through_slurm_the_launchers_run_in_the_containers_without_a_tty():
+    """A batch script has no terminal (scancel stops the job); inside the containers no Slurm is
+    seen, so mpirun reaches the others over the containers' SSH by address, and torchrun gets the
+    rendezvous id the batch script sets."""
+    ((host, line),) = launch_commands(job(slurm=True))
+    assert host.name == "n1" and docker_exec(line, "-i")[3][0] == "horovodrun"
+    argv = docker_exec(launch_commands(job(launcher="mpirun", slurm=True))[0][1], "-i")[3]
+    assert argv[argv.index("-H") + 1] == "10.9.0.1:2,10.9.0.2:2"
+    for _, line in launch_commands(job(workload="ddp", slurm=True)):
+        env = docker_exec(line, "-i")[1]
+        assert env["PET_RDZV_ID"] is None  # passed on with its value in the batch script
+    assert "PET_RDZV_ID" not in docker_exec(launch_commands(job(workload="ddp"))[0][1])[1]
+
+
+def test_a_slurm_job_starts_its_containers_with_its_gpus_and_labels_for_the_epilog(tmp_path):
+    plan = job(slurm=True)
+    line = containers.slurm_start_line(plan.request.container, plan.job_id, plan.job_dir, plan.layout.work_dir)
+    # Run with a start.sh that prints its arguments, in the environment a step has.
+    folder = tmp_path / "container"
+    folder.mkdir()
+    (folder / "start.sh").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    (folder / "start.sh").chmod(0o755)
+    line = line.replace(str(plan.job_dir), str(tmp_path))
+    ran = subprocess.run(["bash", "-c", line], env={"SLURM_STEP_GPUS": "1,3", "SLURM_JOB_ID": "77", "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, check=True)
+    assert ran.stdout.splitlines() == ["pycli-job-j1", "horovod/horovod:0.28.1", "12345", "/srv/pycli", str(tmp_path),
+                                       "1,3", "io.pycli.job=j1", "io.pycli.slurm-job=77"]
+    ran = subprocess.run(["bash", "-c", line], env={"SLURM_JOB_ID": "78", "PATH": "/usr/bin:/bin"},
+                         capture_output=True, text=True, check=True)
+    assert ran.stdout.splitlines()[5] == ""  # a job without GPUs: none
+
+
+def test_docker_options_hold_no_line_break():
+    with pytest.raises(BadInput, match="cannot hold a line break"):
+        containers.parse_job_container("img", 12345, ["-e 'A=x\ny'"], HOSTS)
+
+
 def test_known_hosts_names_every_host_on_the_job_port():
     line = containers.known_hosts_line(HOSTS, 2222, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOK key")
     assert line.startswith("[n1]:2222,[10.9.0.1]:2222,[n2]:2222,[10.9.0.2]:2222,[localhost]:2222,")
@@ -116,8 +155,9 @@ def test_container_files_hold_working_keys_and_private_ones_can_be_forgotten(tmp
     found = subprocess.run(["ssh-keygen", "-F", "[n2]:2200", "-f", folder / "known_hosts"], capture_output=True, text=True)
     assert found.returncode == 0
     assert (folder / "entry.sh").read_text().startswith("#!/bin/sh")
+    assert (folder / "start.sh").read_text().startswith("#!/bin/bash")
     containers.forget_private_keys(folder)
-    assert sorted(p.name for p in folder.iterdir()) == ["authorized_keys", "entry.sh", "known_hosts"]
+    assert sorted(p.name for p in folder.iterdir()) == ["authorized_keys", "entry.sh", "known_hosts", "start.sh"]
 
 
 def test_playbook_vars_name_the_job_container():
@@ -125,3 +165,43 @@ def test_playbook_vars_name_the_job_container():
     found = containers.playbook_vars(c, "j1", PurePosixPath("/srv/pycli/jobs/j1"), PurePosixPath("/srv/pycli"), "started")
     assert found["pycli_container_name"] == "pycli-job-j1" and found["pycli_container_label"] == "io.pycli.job=j1"
     assert found["pycli_container_run_options"] == ["--shm-size", "1g"]
+
+
+def _start(tmp_path, gpus, nvidia_gpus, options=""):
+    """Run start.sh against a stand-in docker (it logs `docker run`'s words, then the container
+    reports its sshd) and, where nvidia_gpus, an nvidia-smi listing that many GPUs."""
+    bin_dir, folder = tmp_path / "bin", tmp_path / "job" / "container"
+    bin_dir.mkdir(exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "start.sh").write_text(containers.START_SCRIPT.read_text())
+    (folder / "run-options").write_text(options)
+    run_log = tmp_path / "run.log"
+    tools = {
+        "docker": f'case "$1" in\n  run) shift; printf "%s\\n" "$@" > {run_log} ;;\n  image|version) ;;\n'
+                  '  inspect) echo true ;;\n  logs) echo "Server listening on 0.0.0.0 port 12345." ;;\nesac\n',
+        "nvidia-smi": "".join(f"echo 'GPU {n}: H100 (UUID: GPU-{n})'\n" for n in range(nvidia_gpus)) or "exit 9\n",
+    }
+    for name, body in tools.items():
+        (bin_dir / name).write_text("#!/bin/bash\n" + body)
+        (bin_dir / name).chmod(0o755)
+    ran = subprocess.run(["bash", str(folder / "start.sh"), "pycli-job-j1", "img:1", "12399", "/srv/pycli",
+                          str(tmp_path / "job"), gpus, "io.pycli.job=j1"],
+                         env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURMD_NODENAME": "n2"}, capture_output=True, text=True,
+                         timeout=60)
+    return ran, run_log.read_text().splitlines() if run_log.exists() else []
+
+
+def test_start_sh_gives_the_container_the_jobs_gpus_and_the_nodes_options(tmp_path):
+    ran, words = _start(tmp_path, "all", 2, "--network\nhost\n-e\nTOKEN=a b\n")
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "pycli: job container pycli-job-j1 from img:1 up on n2 (GPUs: --gpus all)"
+    assert words[:4] == ["--detach", "--name", "pycli-job-j1", "--label"] and "io.pycli.job=j1" in words
+    assert words[words.index("--network"):words.index("--network") + 4] == ["--network", "host", "-e", "TOKEN=a b"]
+    assert words[-2:] == ["img:1", f"{tmp_path}/job/container/entry.sh"]
+    # Slurm's GPUs of the job: with NVIDIA's runtime by index, without it their device files.
+    _, words = _start(tmp_path, "1,3", 4)
+    assert words[words.index("--gpus") + 1] == '"device=1,3"'
+    ran, _ = _start(tmp_path, "1", 0)
+    assert ran.returncode == 1 and ran.stderr.strip() == "GPU 1 of the job has no device file /dev/nvidia1 on this node"
+    _, words = _start(tmp_path, "", 2)
+    assert "--gpus" not in words and "--device" not in words

@@ -38,6 +38,7 @@ def node(tmp_path, monkeypatch):
     _tool(bin_dir, "unmunge", "cat >/dev/null; echo STATUS: Success\n")
     _tool(bin_dir, "sudo", "exit 1\n")
     _tool(bin_dir, "journalctl", "echo 'kernel: nothing to see'\n")
+    _tool(bin_dir, "docker", "exit 0\n")  # no container of any job
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     return bin_dir, state, log
 
@@ -151,6 +152,37 @@ def test_the_epilog_stops_what_the_job_left_and_spares_the_rest(node, tmp_path):
         for proc in (left, stubborn, other):
             proc.kill()
             proc.wait()
+
+
+def test_the_epilog_removes_the_jobs_containers_with_their_keys_and_drains_where_one_stays(node, tmp_path, capsys):
+    bin_dir, _, log = node
+    job_dir = tmp_path / "job"
+    (job_dir / "container").mkdir(parents=True)
+    for name in ("ssh_host_ed25519_key", "id_ed25519", "known_hosts"):
+        (job_dir / "container" / name).write_text("x\n")
+    asked = tmp_path / "docker.log"
+    # Job 42 has two containers; `docker rm` answers $RM_SAYS and exits $RM_CODE.
+    _tool(bin_dir, "docker", f'echo "$*" >> {asked}\n'
+          'case "$1" in\n'
+          f'  ps) [ "$4" = "label={node_gate.SLURM_JOB_LABEL}=42" ] && printf "c1\\nc2\\n" ;;\n'
+          f'  inspect) echo {job_dir}; echo {job_dir} ;;\n'
+          '  rm) echo "${RM_SAYS:-c1 c2}"; exit "${RM_CODE:-0}" ;;\n'
+          'esac\n')
+    assert node_gate.epilog("node2", "41", wait_s=0.1) == 0  # another job's: nothing removed
+    assert asked.read_text().splitlines() == [f"ps -aq --filter label={node_gate.SLURM_JOB_LABEL}=41"]
+    assert node_gate.epilog("node2", "42", wait_s=0.1) == 0
+    assert asked.read_text().splitlines()[-1] == "rm -f c1 c2"
+    assert sorted(p.name for p in (job_dir / "container").iterdir()) == ["known_hosts"]
+    assert _updates(log) == []
+    # A container Docker will not remove: the node is drained, as for a process that survives.
+    os.environ["RM_SAYS"], os.environ["RM_CODE"] = "Error response from daemon: device or resource busy", "1"
+    try:
+        assert node_gate.epilog("node2", "42", wait_s=0.1) == 1
+    finally:
+        del os.environ["RM_SAYS"], os.environ["RM_CODE"]
+    [update] = _updates(log)
+    assert update.startswith("update nodename=node2 state=drain reason=pycli epilog: container(s) of job 42 not removed: "
+                             "Error response from daemon"), update
 
 
 def test_the_epilog_needs_the_job_id(monkeypatch, capsys):

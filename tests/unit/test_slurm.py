@@ -66,6 +66,28 @@ def test_one_launcher_per_node_runs_its_nodes_line_under_srun(tmp_path):
         assert ran.returncode == (2 if node == "node3" else 0)
 
 
+def test_a_setup_step_runs_first_on_every_node_and_its_failure_ends_the_job(tmp_path):
+    """--docker: the containers start as the job's first step, one task a node; a node where
+    one does not start ends the job with that step's code, before the launcher runs."""
+    script = slurm.sbatch_script(_job(setup="echo up on $SLURMD_NODENAME"))
+    setup = next(line for line in script.splitlines() if line.startswith("srun "))
+    assert setup.startswith("srun --ntasks-per-node=1 --ntasks=2 --kill-on-bad-exit=1 bash -c ")
+    assert script.index(setup) < script.index("horovodrun")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text('#!/bin/bash\nwhile [ "$1" != bash ]; do shift; done\n'
+                                  'SLURMD_NODENAME=node2 "$@" || exit $?\n')
+    (bin_dir / "srun").chmod(0o755)
+    (bin_dir / "horovodrun").write_text("#!/bin/sh\necho launcher\n")
+    (bin_dir / "horovodrun").chmod(0o755)
+    for setup_line, code, said in [("echo up on $SLURMD_NODENAME", 0, ["up on node2", "launcher"]),
+                                   ("echo refused; exit 4", 4, ["refused"])]:
+        (tmp_path / "job.sbatch").write_text(slurm.sbatch_script(_job(setup=setup_line, steps=(("node1", "horovodrun"),))))
+        ran = subprocess.run(["bash", str(tmp_path / "job.sbatch")], env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+                             capture_output=True, text=True, timeout=60)
+        assert (ran.returncode, ran.stdout.splitlines()) == (code, said), ran
+
+
 def test_the_script_hands_its_steps_the_slurm_job_id_when_asked(tmp_path):
     script = slurm.sbatch_script(_job(job_id_env="PET_RDZV_ID", steps=(("node1", "echo $PET_RDZV_ID"), ("node2", "true"))))
     export = next(line for line in script.splitlines() if line.startswith("export "))

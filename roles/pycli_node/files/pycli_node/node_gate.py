@@ -10,9 +10,12 @@ pycli_node.gpu_probe and pycli_node.gpu_reports; standard library only, no pycli
   hard time limit the role gives it. A failure drains the node with the reason and exits 1, and
   Slurm puts the job back in the queue. With `--job-mapping-dir`, a job that passes is written
   into dcgm-exporter's job mapping files, so the metrics of its GPUs carry `hpc_job`.
-- `epilog` (Epilog, on every node of a job as it ends): every process the job left behind (its
-  environment names the job's SLURM_JOB_ID) is stopped, TERM and then KILL; one that survives
-  drains the node, so no next job shares it with a stuck rank. With `--job-mapping-dir`, the
+- `epilog` (Epilog, on every node of a job as it ends): every container started for the job
+  (`pycli train --docker` through Slurm labels them SLURM_JOB_LABEL=<job id>) is removed with
+  the job's private keys in its job folder, then every process the job left behind (its
+  environment names the job's SLURM_JOB_ID) is stopped, TERM and then KILL; a container that
+  cannot be removed or a process that survives drains the node, so no next job shares it with
+  a stuck rank. With `--job-mapping-dir`, the
   job's id is taken out of the mapping files.
 
 dcgm-exporter's job mapping (its --hpc-job-mapping-dir): one file per GPU, named by the GPU's
@@ -51,6 +54,11 @@ EPILOG_PREFIX = "pycli epilog: "
 # Slurm keeps a reason of up to this many characters readable in sinfo.
 MAX_REASON = 200
 KILL_WAIT_S = 10
+# The label of every container started for a Slurm job, its value the job's id: the job's first
+# step starts them (pycli/jobs/containers.py), the epilog removes them.
+SLURM_JOB_LABEL = "io.pycli.slurm-job"
+# The job's private keys in a job container's folder (pycli/jobs/containers.py's PRIVATE_FILES).
+CONTAINER_KEYS = ("ssh_host_ed25519_key", "id_ed25519")
 # Taken by every prolog and epilog that changes the mapping files: jobs start and end at once.
 # The name is not a GPU index, so dcgm-exporter skips it (and the temporary files).
 MAPPING_LOCK = ".pycli-lock"
@@ -201,9 +209,34 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def remove_job_containers(job_id: str, run: Run) -> list[str]:
+    """Remove the job's containers (SLURM_JOB_LABEL) and the private keys in their job folders;
+    what could not be removed, for the drain reason. A node without Docker has none."""
+    code, out = run(f"docker ps -aq --filter label={SLURM_JOB_LABEL}={job_id}", 30)
+    if code == 127:  # no docker command
+        return []
+    if code != 0:
+        print(f"{EPILOG_PREFIX}cannot list the containers of job {job_id}: {out.strip()[-200:]}", file=sys.stderr)
+        return []
+    ids = out.split()
+    if not ids:
+        return []
+    code, folders = run("docker inspect -f '{{.Config.WorkingDir}}' " + " ".join(ids), 30)
+    for folder in folders.splitlines() if code == 0 else ():
+        for key in CONTAINER_KEYS:
+            if folder.startswith("/"):
+                with suppress(OSError):
+                    os.unlink(os.path.join(folder, "container", key))
+    code, out = run("docker rm -f " + " ".join(ids), 60)
+    if code != 0:
+        return [f"container(s) of job {job_id} not removed: {out.strip()[-120:]}"]
+    return []
+
+
 def epilog(node: str, job_id: str, run: Run = shell, wait_s: float = KILL_WAIT_S, mapping_dir: str = "") -> int:
     if mapping_dir:
         forget_job(mapping_dir, job_id)
+    problems = remove_job_containers(job_id, run)
     spare = _ancestors()
     left = job_processes(job_id, spare)
     for signum in (signal.SIGTERM, signal.SIGKILL):
@@ -214,8 +247,12 @@ def epilog(node: str, job_id: str, run: Run = shell, wait_s: float = KILL_WAIT_S
         while (left := [pid for pid in left if _alive(pid)]) and time.monotonic() < deadline:
             time.sleep(0.2)
         if not left:
-            return 0
-    why = reason(EPILOG_PREFIX, [f"{len(left)} process(es) of job {job_id} survive SIGKILL: {' '.join(map(str, left[:10]))}"])
+            break
+    if left:
+        problems.append(f"{len(left)} process(es) of job {job_id} survive SIGKILL: {' '.join(map(str, left[:10]))}")
+    if not problems:
+        return 0
+    why = reason(EPILOG_PREFIX, problems)
     set_state(run, node, "drain", why)
     print(why, file=sys.stderr)
     return 1

@@ -1,0 +1,82 @@
+#!/bin/bash
+# Starts the container of a `pycli train --docker IMAGE` job on this node and waits for its
+# sshd. pycli stages it into the job folder's container/ as start.sh, beside entry.sh (the
+# container's command) and the job's keys. Over SSH, playbooks/job_container.yml runs it on
+# every node of the job; through Slurm, the batch script runs it as the job's first step, on
+# every node of the allocation, so that the containers start inside the job and only on its
+# nodes (Slurm's epilog, pycli_node.node_gate, removes them when the job ends, however it ends).
+#
+# Usage: start.sh NAME IMAGE PORT WORK_DIR JOB_DIR GPUS LABEL...
+#   GPUS   "all": every GPU of the node (the ranks see those CUDA_VISIBLE_DEVICES names);
+#          else the indexes of the node's GPUs the job holds ("0,2"; empty for none), Slurm's
+#          (the step's SLURM_STEP_GPUS): with NVIDIA's runtime `--gpus "device=0,2"`, without it
+#          those GPUs' device files (/dev/nvidiaN, as the slurm role's gres.conf lists them).
+#   LABEL  key=value, one or more: what the container is found and removed by.
+# The node's own `docker run` options (the inventory's, then --docker-opt's), one a line, are in
+# run-options beside this script (playbooks/job_container.yml writes it, mode 600: an option
+# may carry a secret, so none is on a command line).
+# Prints one line on success; on failure one line on stderr, exit 1.
+set -u
+
+fail() {
+    echo "$*" >&2
+    exit 1
+}
+
+[ $# -ge 7 ] || fail "usage: $0 NAME IMAGE PORT WORK_DIR JOB_DIR GPUS LABEL..."
+name=$1 image=$2 port=$3 work_dir=$4 job_dir=$5 gpus=$6
+shift 6
+here=$(cd "$(dirname "$0")" && pwd)
+last_line() { printf '%s\n' "$1" | grep -v '^$' | tail -n 1; }
+
+if ! said=$(docker version --format '{{.Server.Version}}' 2>&1); then
+    fail "Docker does not answer on this node ($(last_line "${said:-no docker command}")): provision it (the docker role of playbooks/site.yml)"
+fi
+if ! docker image inspect "$image" >/dev/null 2>&1; then
+    said=$(docker pull -q "$image" 2>&1) \
+        || fail "image $image is not on the node and cannot be pulled: $(last_line "${said:-no reason given}")"
+fi
+# Nothing may listen on the port yet: the containers share the node's network.
+if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    fail "port $port is already in use on the node (another job's container?): choose another with --docker-ssh-port"
+fi
+
+gpu_args=()
+gpu_count=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+if [ "$gpus" = all ]; then
+    [ "$gpu_count" -gt 0 ] && gpu_args=(--gpus all)
+elif [ -n "$gpus" ] && [ "$gpu_count" -gt 0 ]; then
+    gpu_args=(--gpus "\"device=$gpus\"")
+elif [ -n "$gpus" ]; then
+    for index in ${gpus//,/ }; do
+        [ -e "/dev/nvidia$index" ] || fail "GPU $index of the job has no device file /dev/nvidia$index on this node"
+        gpu_args+=(--device "/dev/nvidia$index")
+    done
+fi
+
+labels=()
+for label in "$@"; do
+    labels+=(--label "$label")
+done
+options=()
+[ -f "$here/run-options" ] && mapfile -t options <"$here/run-options"
+
+said=$(docker run --detach --name "$name" "${labels[@]}" --user 0 --ipc host "${gpu_args[@]}" \
+    --volume "$work_dir:$work_dir" --workdir "$job_dir" --env "PYCLI_SSH_PORT=$port" --entrypoint /bin/sh \
+    "${options[@]}" "$image" "$job_dir/container/entry.sh" 2>&1) \
+    || fail "docker run failed: $(last_line "${said:-no reason given}")"
+
+# sshd -e logs "Server listening on ..." once it listens; a container that stopped will not,
+# and its last words say why.
+last_words() { last_line "$(docker logs --tail 5 "$name" 2>&1)"; }
+for _ in $(seq 120); do
+    if [ "$(docker inspect -f '{{.State.Running}}' "$name")" != true ]; then
+        fail "the container stopped: $(last_words)"
+    fi
+    case "$(docker logs "$name" 2>&1)" in *"Server listening on"*)
+        echo "pycli: job container $name from $image up on ${SLURMD_NODENAME:-$(hostname)} (GPUs: ${gpu_args[*]:-none})"
+        exit 0 ;;
+    esac
+    sleep 0.5
+done
+fail "no sshd listening after 60 s: $(last_words)"
