@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pycli.cluster.model import Cluster, Drained
 from pycli.core.errors import EXIT_OK, notice
@@ -15,6 +15,10 @@ from pycli.core.json_documents import CHECK, versioned
 from pycli.core.paths import new_run_dir
 from pycli.health.gates import FAIL, GATES, NOT_RUN, PASS, REACHABLE, SKIP, CheckContext, Gate, GateResult
 from pycli.health.options import CheckOptions
+from pycli.jobs.slurm import HOLD_NAME_PREFIX
+
+if TYPE_CHECKING:
+    from pycli.health.slurm_hold import Hold
 
 
 def run_gates(
@@ -88,9 +92,21 @@ def drain_suspects(cluster: Cluster, suspects: dict[str, str], say: Callable[[st
 
 
 def check(cluster: Cluster, options: CheckOptions, *, as_json: bool = False, write: Callable[[str], None] = print) -> int:
-    """Run every gate against the cluster's nodes; the exit code is 0 only when all pass."""
-    inventory = cluster.inventory_path
+    """Run every gate against the cluster's nodes; the exit code is 0 only when all pass. On a
+    cluster with Slurm, the nodes a job runs on are left out and the idle ones held for the
+    check's whole run (pycli.health.slurm_hold)."""
     run_dir = new_run_dir("check")
+    if not cluster.has_slurm:
+        return _check(cluster, options, run_dir, as_json=as_json, write=write)
+    from pycli.health.slurm_hold import held_for_check
+
+    with held_for_check(cluster, f"{HOLD_NAME_PREFIX}{run_dir.name}", notice if as_json else write) as hold:
+        return _check(hold.cluster, options, run_dir, as_json=as_json, write=write, hold=hold)
+
+
+def _check(cluster: Cluster, options: CheckOptions, run_dir: Path, *, as_json: bool, write: Callable[[str], None],
+           hold: Hold | None = None) -> int:
+    inventory = cluster.inventory_path
     ctx = CheckContext(cluster=cluster, run_dir=run_dir, options=options)
     if not as_json:
         write(f"pycli: checking {len(cluster.hosts)} nodes of {inventory}; run folder {run_dir}")
@@ -115,6 +131,8 @@ def check(cluster: Cluster, options: CheckOptions, *, as_json: bool = False, wri
     summary = report_json(inventory, run_dir, results, cluster.drained)
     if cluster.has_slurm:
         summary["slurm"] = slurm_lines
+    if hold is not None:
+        summary["slurm_hold"] = hold.as_json()
     if options.deep:
         summary["deep"] = {**ctx.deep, "suspects": ctx.suspects}
         (run_dir / "deep.json").write_text(json.dumps(summary["deep"], indent=2) + "\n")

@@ -32,6 +32,8 @@ SQUEUE_FORMAT = "%i|%u|%T|%r|%D|%N|%B|%j"
 # Node states a job cannot start on (sinfo's long names, lower case, flags after '+' dropped).
 UNAVAILABLE = ("down", "drained", "draining", "fail", "failing", "future", "inval", "maint", "not_responding",
                "power_down", "powered_down", "reboot_issued", "unknown")
+# Node states a job runs in (or still ends in): a check leaves such a node alone.
+BUSY = ("allocated", "mixed", "completing", "draining")
 FINISHED_STATES = ("BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
                    "PREEMPTED", "TIMEOUT")
 # The job's own processes have ended, and Slurm cleans up after them (the epilog on each node). On
@@ -426,6 +428,33 @@ def running_jobs_by_node(jobs: Sequence[QueuedJob]) -> dict[str, list[str]]:
     return on
 
 
+# `pycli check` on a cluster with Slurm holds the idle nodes it measures for its whole run: one
+# exclusive allocation without a shell (no job of anyone else's starts there meanwhile), given
+# this long to be granted and at most this long to last (a check that dies releases them then).
+HOLD_NAME_PREFIX = f"{JOB_NAME_PREFIX}check-"
+HOLD_GRANT_S = 30
+HOLD_LIMIT_S = 3600
+
+
+def hold_command(nodes: Sequence[str], name: str, limit_s: float = HOLD_LIMIT_S, grant_s: int = HOLD_GRANT_S) -> str:
+    """salloc of exactly `nodes`, whole (--exclusive), returning once granted (--no-shell), or
+    failing after `grant_s` seconds where the nodes are not free by then."""
+    return shlex.join(["salloc", "--no-shell", "--exclusive", f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}",
+                       f"--job-name={name}", f"--time={time_limit(limit_s)}", f"--immediate={grant_s}",
+                       "--comment=pycli check: the nodes it measures, held"])
+
+
+def parse_granted(text: str) -> str | None:
+    """The job id of salloc's "Granted job allocation N" (it says so on stderr); None without it."""
+    found = re.search(r"Granted job allocation (\d+)", text)
+    return found.group(1) if found else None
+
+
+def cancel_by_name_command(name: str) -> str:
+    """scancel of the jobs named `name`: a hold whose id pycli never read (Ctrl-C while salloc ran)."""
+    return f"scancel --name={shlex.quote(name)}"
+
+
 # sinfo, one line per node: name, state (long), reason, GRES; '|' cannot be in any of them but the reason.
 SINFO_NODES_COMMAND = "sinfo -h -N -o '%N|%T|%G|%E'"
 
@@ -438,10 +467,19 @@ class NodeState:
     reason: str  # why drained or down ("none" otherwise)
 
     @property
+    def base(self) -> str:
+        """The state without its flags ("mixed*" and "mixed+drain" are "mixed")."""
+        return self.state.rstrip("*~#!%$@^-").split("+")[0]
+
+    @property
     def available(self) -> bool:
         """Jobs can start on it (its state names none of UNAVAILABLE)."""
-        base = self.state.rstrip("*~#!%$@^-").split("+")[0]
-        return base not in UNAVAILABLE and not self.state.endswith("*")
+        return self.base not in UNAVAILABLE and not self.state.endswith("*")
+
+    @property
+    def busy(self) -> bool:
+        """A job runs on it, or is being cleaned up after (a draining node has one still)."""
+        return self.base in BUSY
 
 
 def _gres_gpus(gres: str) -> int:

@@ -279,17 +279,24 @@ def test_a_job_asking_for_more_gpus_than_its_nodes_have_is_refused_in_one_line(s
     assert not list(runs.glob("*/job.sbatch"))  # nothing was submitted
 
 
-def test_slurms_health_check_drains_a_node_whose_gpu_has_a_pending_row_remap(slurm_cluster):
-    container = docker.from_env().containers.get(f"pycli-{CLUSTER}-node2")
-    stand_in = "/usr/local/bin/nvidia-smi"
-    recorded = (RECORDED / "nvidia-smi-q-a100-remap-pending.txt").read_text()
-    script = "#!/bin/sh\n# pytest's stand-in: a GPU with a pending row remap\ncat <<'EOF'\n" + recorded + "EOF\n"
+def _stand_in(node: str, tool: str, recorded: str, what: str) -> None:
+    """/usr/local/bin/TOOL on the node: a script that prints the recorded output."""
+    script = f"#!/bin/sh\n# pytest's stand-in: {what}\ncat <<'EOF'\n" + (RECORDED / recorded).read_text() + "EOF\n"
     data = io.BytesIO()
     with tarfile.open(fileobj=data, mode="w") as tar:
-        info = tarfile.TarInfo("nvidia-smi")
+        info = tarfile.TarInfo(tool)
         info.size, info.mode = len(script.encode()), 0o755
         tar.addfile(info, io.BytesIO(script.encode()))
-    container.put_archive("/usr/local/bin", data.getvalue())
+    docker.from_env().containers.get(container_name(CLUSTER, node)).put_archive("/usr/local/bin", data.getvalue())
+
+
+def test_slurms_health_check_drains_a_node_whose_gpu_has_a_pending_row_remap(slurm_cluster):
+    stand_in = "/usr/local/bin/nvidia-smi"
+
+    def plant() -> None:
+        _stand_in("node2", "nvidia-smi", "nvidia-smi-q-a100-remap-pending.txt", "a GPU with a pending row remap")
+
+    plant()
     try:
         interval = int(node_run("node1", "sh", "-c", "scontrol show config | awk '/^HealthCheckInterval/ {print $3}'")[1])
         deadline = time.monotonic() + interval + 60
@@ -312,7 +319,7 @@ def test_slurms_health_check_drains_a_node_whose_gpu_has_a_pending_row_remap(slu
     drained = run_pycli("drain", "node2", "--reason", "DIMM replacement", "-i", str(slurm_cluster))
     assert drained.returncode == 0, drained.stdout + drained.stderr
     try:
-        container.put_archive("/usr/local/bin", data.getvalue())
+        plant()
         code, said = node_run("node2", "/usr/local/sbin/pycli-slurm-health")
         assert code == 1 and "drained already: " in said and "DIMM replacement; left so" in said, said
         assert "DIMM replacement" in sinfo()["node2"][2] and "pycli health" not in sinfo()["node2"][2]
@@ -325,6 +332,70 @@ def test_slurms_health_check_drains_a_node_whose_gpu_has_a_pending_row_remap(slu
         node_run("node2", "rm", "-f", stand_in)
         back = run_pycli("undrain", "node2", "-i", str(slurm_cluster))
     assert back.returncode == 0, back.stdout + back.stderr
+    wait_for_state("node2", "idle")
+
+
+def _queue() -> dict[str, tuple[str, str, str]]:
+    """job id -> (name, state, nodes), as squeue says on node1."""
+    code, out = node_run("node1", "squeue", "-h", "-t", "all", "-o", "%i|%j|%T|%N")
+    assert code == 0, out
+    return {i: (j, t, n) for i, j, t, n in (line.split("|") for line in out.splitlines() if line.strip())}
+
+
+def test_check_deep_holds_the_idle_node_leaves_a_users_job_alone_and_drains_the_bad_node_in_slurm(slurm_cluster, tmp_path):
+    # Someone's job on node2; on node1 a GPU whose DCGM diagnostic fails (a healthy nvidia-smi, so
+    # Slurm's own health check, which runs no dcgmi, passes it: only the deep check's level 1 sees it).
+    code, said = node_run("node1", "sbatch", "--nodelist=node2", "--job-name=users-job", "--wrap", "sleep 600")
+    assert code == 0, said
+    users_job = said.split()[-1]
+    waiter = ""
+    try:
+        _wait_running("node2")
+        _stand_in("node1", "nvidia-smi", "nvidia-smi-q-h100-580.txt", "a healthy H100")
+        _stand_in("node1", "dcgmi", "dcgmi-diag-4.2.3-r1-gb10.json", "a diagnostic that fails")
+        check = subprocess.Popen([sys.executable, "-m", "pycli", "check", str(slurm_cluster), "--deep-only", "--fence",
+                                  "--json"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env={**os.environ, "PYCLI_RUNS": str(tmp_path)})
+        try:
+            # Once node1 is held, a job that asks for it waits for the check.
+            deadline = time.monotonic() + 120
+            while not any(name.startswith("pycli-check-") and state == "RUNNING" for name, state, _ in _queue().values()):
+                assert check.poll() is None and time.monotonic() < deadline, _queue()
+                time.sleep(0.5)
+            code, said = node_run("node1", "sbatch", "--nodelist=node1", "--job-name=during-check", "--wrap", "true")
+            assert code == 0, said
+            waiter = said.split()[-1]
+            out, err = check.communicate(timeout=600)
+        finally:
+            check.kill()
+    finally:
+        node_run("node1", "rm", "-f", "/usr/local/bin/nvidia-smi", "/usr/local/bin/dcgmi")
+    assert check.returncode == 1 and "Traceback" not in err, err[-3000:]
+    report = json.loads(out)
+    hold = report["slurm_hold"]
+    assert (hold["held"], hold["busy"]) == (["node1"], {"node2": [users_job]}), hold
+    assert f"pycli: Slurm: not checked, a job runs there: node2: job {users_job}" in err, err
+    gpu = next(gate for gate in report["gates"] if gate["name"] == "gpu_health")
+    assert gpu["status"] == "fail" and "node1: dcgmi software Fail on GPU 0" in gpu["message"], gpu
+    assert list(report["deep"]["suspects"]) == ["node1"], report["deep"]
+    try:
+        # Drained in Slurm with the gate's reason, before the hold let node1 go: the job that asked
+        # for it meanwhile still waits; the user's job on node2 runs on, and the hold is gone.
+        state, _, reason = sinfo()["node1"]
+        assert "drain" in state and reason.startswith("pycli check --deep: dcgmi software Fail on GPU 0"), (state, reason)
+        queue = _queue()
+        assert queue[users_job][1] == "RUNNING" and queue[waiter][1] == "PENDING", queue
+        assert not any(name.startswith("pycli-check-") and state not in ("CANCELLED", "COMPLETED")
+                       for name, state, _ in queue.values()), queue
+        assert sacct(hold["job_id"])["nodes"] == "node1"
+    finally:
+        node_run("node1", "scancel", users_job)
+        back = run_pycli("undrain", "node1", "-i", str(slurm_cluster))
+    assert back.returncode == 0, back.stdout + back.stderr
+    # Undrained: the waiting job runs, after the check's hold ended.
+    ran, held = sacct(waiter), sacct(hold["job_id"])
+    assert ran["state"] == "COMPLETED" and ran["start"] >= held["end"], (ran, held)
+    wait_for_state("node1", "idle")
     wait_for_state("node2", "idle")
 
 
