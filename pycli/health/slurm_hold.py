@@ -13,7 +13,7 @@ node and the jobs running on each:
 - a node Slurm starts no job on and that runs none (drained, down) is checked without being
   held: nothing can start there meanwhile, and a repaired node shows before it is resumed.
 
-Command lines and parsers: pycli.jobs.slurm.
+Command lines and parsers: pycli.jobs.slurm (salloc, squeue, scancel) and pycli.jobs.slurm_nodes (sinfo).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pycli.cluster.model import Cluster, Host
 from pycli.cluster.nodes import ssh_each
 from pycli.core.errors import PycliError
-from pycli.jobs import slurm
+from pycli.jobs import slurm, slurm_nodes
 from pycli.jobs.slurm_queue import node_states
 
 
@@ -43,7 +43,7 @@ class Hold:
         return {"job_id": self.job_id, "held": list(self.held), "unheld": list(self.unheld), "busy": self.busy}
 
 
-def plan_hold(cluster: Cluster, states: dict[str, slurm.NodeState], jobs: list[slurm.QueuedJob]) -> Hold:
+def plan_hold(cluster: Cluster, states: dict[str, slurm_nodes.NodeState], jobs: list[slurm.QueuedJob]) -> Hold:
     """Which nodes the check holds, checks unheld, and leaves to their jobs (pure)."""
     on = slurm.running_jobs_by_node(jobs)
     busy, held, unheld = {}, [], []

@@ -1,5 +1,6 @@
-"""The one place that knows Slurm's command lines and output: what pycli asks of slurmctld
-(sbatch, squeue, sacct, sinfo, scontrol, scancel) and how it reads the answers. Pure: the
+"""The one place that knows Slurm's command lines and output for jobs: what pycli asks of
+slurmctld (sbatch, salloc, squeue, sacct, scontrol, scancel) and how it reads the answers; the
+nodes' side (sinfo's states, drain and resume, hostlists) is pycli.jobs.slurm_nodes. Pure: the
 commands run on a node over SSH (pycli.jobs.slurm_queue, pycli.cli.jobs, pycli.cluster.drained's callers),
 and the parsers are tested on Slurm 22.05's own output.
 
@@ -16,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pycli.core.errors import BadInput
+from pycli.jobs.slurm_nodes import expand_hostlist
 
 # `pycli train --scheduler`: through Slurm's queue, or started over SSH as without Slurm.
 SLURM, SSH = "slurm", "ssh"
@@ -29,11 +31,6 @@ JOB_NAME_PREFIX = "pycli-"
 # in both, so a "|" in it stays in it, and it is made printable (printable) before anyone sees it.
 SACCT_FIELDS = ("JobID", "User", "State", "ExitCode", "Submit", "Start", "Elapsed", "NodeList", "Reason", "JobName")
 SQUEUE_FORMAT = "%i|%u|%T|%r|%D|%N|%B|%j"
-# Node states a job cannot start on (sinfo's long names, lower case, flags after '+' dropped).
-UNAVAILABLE = ("down", "drained", "draining", "fail", "failing", "future", "inval", "maint", "not_responding",
-               "power_down", "powered_down", "reboot_issued", "unknown")
-# Node states a job runs in (or still ends in): a check leaves such a node alone.
-BUSY = ("allocated", "mixed", "completing", "draining")
 FINISHED_STATES = ("BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
                    "PREEMPTED", "TIMEOUT")
 # The job's own processes have ended, and Slurm cleans up after them (the epilog on each node). On
@@ -384,40 +381,6 @@ def parse_squeue(stdout: str) -> list[QueuedJob]:
     return jobs
 
 
-def expand_hostlist(expression: str) -> list[str]:
-    """The node names of a Slurm hostlist such as "node[1-3,7],gpu[01-02]" (squeue's %N), in order.
-
-    Ranges keep their zero padding ("gpu[08-10]" is gpu08, gpu09, gpu10); a name without
-    brackets stands for itself; "(null)" and "" are no node."""
-    names: list[str] = []
-    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", expression.strip()):
-        if not item or item == "(null)":
-            continue
-        expansions = [""]
-        for literal, inside in re.findall(r"([^\[]*)(?:\[([^\]]*)\])?", item):
-            parts = [literal]
-            if inside:
-                parts = [literal + number for number in _range_names(inside)]
-            expansions = [before + part for before in expansions for part in parts]
-        names.extend(expansions)
-    return names
-
-
-def _range_names(inside: str) -> list[str]:
-    numbers: list[str] = []
-    for piece in inside.split(","):
-        low, _, high = piece.partition("-")
-        if not high:
-            numbers.append(low)
-            continue
-        if not (low.isdigit() and high.isdigit()):
-            numbers.append(piece)
-            continue
-        width = len(low) if low.startswith("0") else 0
-        numbers.extend(str(n).zfill(width) for n in range(int(low), int(high) + 1))
-    return numbers
-
-
 def running_jobs_by_node(jobs: Sequence[QueuedJob]) -> dict[str, list[str]]:
     """Node name -> the ids of the RUNNING jobs on it (squeue's nodes expanded)."""
     on: dict[str, list[str]] = {}
@@ -453,67 +416,3 @@ def parse_granted(text: str) -> str | None:
 def cancel_by_name_command(name: str) -> str:
     """scancel of the jobs named `name`: a hold whose id pycli never read (Ctrl-C while salloc ran)."""
     return f"scancel --name={shlex.quote(name)}"
-
-
-# sinfo, one line per node: name, state (long), reason, GRES; '|' cannot be in any of them but the reason.
-SINFO_NODES_COMMAND = "sinfo -h -N -o '%N|%T|%G|%E'"
-
-
-@dataclass(frozen=True)
-class NodeState:
-    node: str
-    state: str  # sinfo's long state, lower case: idle, allocated, mixed, drained, draining, down, ...
-    gpus: int  # gres gpu:N of the node
-    reason: str  # why drained or down ("none" otherwise)
-
-    @property
-    def base(self) -> str:
-        """The state without its flags ("mixed*" and "mixed+drain" are "mixed")."""
-        return self.state.rstrip("*~#!%$@^-").split("+")[0]
-
-    @property
-    def available(self) -> bool:
-        """Jobs can start on it (its state names none of UNAVAILABLE)."""
-        return self.base not in UNAVAILABLE and not self.state.endswith("*")
-
-    @property
-    def busy(self) -> bool:
-        """A job runs on it, or is being cleaned up after (a draining node has one still)."""
-        return self.base in BUSY
-
-
-def _gres_gpus(gres: str) -> int:
-    """The GPU count of a gres string such as "gpu:8", "gpu:h100:8(S:0-1)" or "(null)"."""
-    count = 0
-    for item in gres.split(","):
-        fields = item.split("(")[0].split(":")
-        if fields[0] == "gpu" and len(fields) >= 2 and fields[-1].isdigit():
-            count += int(fields[-1])
-    return count
-
-
-def parse_sinfo_nodes(stdout: str) -> dict[str, NodeState]:
-    """Nodes by name from SINFO_NODES_COMMAND (a node in two partitions is listed once)."""
-    nodes: dict[str, NodeState] = {}
-    for line in stdout.splitlines():
-        parts = line.split("|", 3)
-        if len(parts) != 4 or not parts[0].strip():
-            continue
-        name, state, gres, reason = (part.strip() for part in parts)
-        nodes.setdefault(name, NodeState(name, state.lower(), _gres_gpus(gres), reason))
-    return nodes
-
-
-def drain_command(nodes: Sequence[str], reason: str) -> str:
-    """Slurm's DRAIN with pycli's reason: running jobs finish, no new one starts there."""
-    return (f"scontrol update nodename={shlex.quote(','.join(nodes))} state=drain "
-            f"reason={shlex.quote(reason or 'drained by pycli')}")
-
-
-def resume_command(nodes: Sequence[str]) -> str:
-    return f"scontrol update nodename={shlex.quote(','.join(nodes))} state=resume"
-
-
-def unavailable(states: Mapping[str, NodeState], names: Sequence[str]) -> list[NodeState]:
-    """Those of `names` Slurm will not start a job on, in the order given."""
-    return [states[name] for name in names if name in states and not states[name].available]

@@ -24,7 +24,7 @@ from pycli.cluster.drained import stamp
 from pycli.cluster.model import Cluster, Drained, Host
 from pycli.cluster.nodes import SSH_TIMEOUT_S, RemoteProcess, ssh_each, ssh_stream
 from pycli.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, BadInput, PycliError
-from pycli.jobs import containers, slurm
+from pycli.jobs import containers, slurm, slurm_nodes
 from pycli.jobs.launch import TORCHRUN_RDZV_ID_ENV, JobPlan, gpus_short, launch_commands
 from pycli.jobs.processes import STOP_GRACE_S, JobExit
 
@@ -41,9 +41,10 @@ def _ask(host: Host, command: str, what: str) -> str:
     return answer.stdout
 
 
-def node_states(cluster: Cluster) -> dict[str, slurm.NodeState]:
+def node_states(cluster: Cluster) -> dict[str, slurm_nodes.NodeState]:
     """Slurm's view of every node, asked on the launcher node."""
-    return slurm.parse_sinfo_nodes(_ask(cluster.launcher_host, slurm.SINFO_NODES_COMMAND, "asking Slurm for its nodes"))
+    said = _ask(cluster.launcher_host, slurm_nodes.SINFO_NODES_COMMAND, "asking Slurm for its nodes")
+    return slurm_nodes.parse_sinfo_nodes(said)
 
 
 def unavailable_lines(cluster: Cluster) -> list[str]:
@@ -54,12 +55,12 @@ def unavailable_lines(cluster: Cluster) -> list[str]:
     except PycliError as exc:
         return [f"Slurm: cannot tell its node states ({exc})"]
     return [f"Slurm: {node.node} {node.state} ({node.reason})"
-            for node in slurm.unavailable(states, [host.name for host in cluster.hosts])]
+            for node in slurm_nodes.unavailable(states, [host.name for host in cluster.hosts])]
 
 
-def without_unavailable(cluster: Cluster, states: dict[str, slurm.NodeState], say: Callable[[str], None]) -> Cluster:
+def without_unavailable(cluster: Cluster, states: dict[str, slurm_nodes.NodeState], say: Callable[[str], None]) -> Cluster:
     """The cluster less the nodes Slurm will not start a job on (drained by its health check, down)."""
-    out = slurm.unavailable(states, [host.name for host in cluster.hosts])
+    out = slurm_nodes.unavailable(states, [host.name for host in cluster.hosts])
     if not out:
         return cluster
     say("pycli: left out, as Slurm will start no job there: "
@@ -69,7 +70,7 @@ def without_unavailable(cluster: Cluster, states: dict[str, slurm.NodeState], sa
     return replace(cluster, drained=drained).for_jobs()
 
 
-def batch_job(plan: JobPlan, states: dict[str, slurm.NodeState], time_limit_s: float | None) -> slurm.BatchJob:
+def batch_job(plan: JobPlan, states: dict[str, slurm_nodes.NodeState], time_limit_s: float | None) -> slurm.BatchJob:
     """What to ask Slurm for: the plan's nodes, the most ranks on any of them, the GPUs asked for
     (--gpus-per-node; else one per rank on GPU nodes), and the request's account, QOS and partition;
     with --docker, the job's containers started as its first step."""
@@ -151,7 +152,7 @@ def script_name(restart: int) -> str:
     return SCRIPT_NAME if not restart else f"job-restart{restart}.sbatch"
 
 
-def run_slurm(plan: JobPlan, states: dict[str, slurm.NodeState], run_dir: Path, write: Callable[[str], None] = print,
+def run_slurm(plan: JobPlan, states: dict[str, slurm_nodes.NodeState], run_dir: Path, write: Callable[[str], None] = print,
               time_limit_s: float | None = None, restart: int = 0) -> tuple[JobExit, str]:
     """Submit the job (`restart`: its restart's number), say its state, stream its output, cancel it
     on Ctrl-C; how it ended and its Slurm job id."""
@@ -224,7 +225,7 @@ def _submit_and_watch(plan: JobPlan, script: str, path: Path, run_dir: Path, wri
         for line in next((a.stdout for a in answers.values() if a.ok and a.stdout), "").splitlines():
             write(line)
     ended = ending(accounted(plan, job_id), job_id, interrupted.is_set(), time_limit_s, held[0] if held else "")
-    if last and last[-1].state == slurm.COMPLETING and (lost := unanswering(plan, slurm.expand_hostlist(last[-1].nodes))):
+    if last and last[-1].state == slurm.COMPLETING and (lost := unanswering(plan, slurm_nodes.expand_hostlist(last[-1].nodes))):
         ended = replace(ended, why=f"{ended.why}; {', '.join(lost)} lost (no answer over SSH; Slurm ends the job "
                                    "there once it gives the node up)", lost=True)
     return ended, job_id
@@ -252,7 +253,7 @@ def set_drained(cluster: Cluster, reasons: dict[str, str], say: Callable[[str], 
     by_reason: dict[str, list[str]] = {}
     for node, reason in reasons.items():
         by_reason.setdefault(reason, []).append(node)
-    command = " && ".join(slurm.drain_command(nodes, reason) for reason, nodes in by_reason.items())
+    command = " && ".join(slurm_nodes.drain_command(nodes, reason) for reason, nodes in by_reason.items())
     answer = ssh_each([(controller, command)], shared=True)[controller.name]
     if answer.ok:
         say(f"Slurm: {', '.join(reasons)} DRAIN ({said})")
@@ -269,15 +270,15 @@ def set_resumed(cluster: Cluster, nodes: list[str], say: Callable[[str], None]) 
         states = node_states(cluster)
     except PycliError as exc:
         say(f"pycli: cannot tell Slurm's state of {', '.join(nodes)} ({exc}); "
-            f"run '{slurm.resume_command(nodes)}' on {cluster.slurm_controller}")
+            f"run '{slurm_nodes.resume_command(nodes)}' on {cluster.slurm_controller}")
         return
     drained = [node for node in nodes if node in states and "drain" in states[node].state]
     if not drained:
         return
     controller = _controller(cluster)
-    answer = ssh_each([(controller, slurm.resume_command(drained))], shared=True)[controller.name]
+    answer = ssh_each([(controller, slurm_nodes.resume_command(drained))], shared=True)[controller.name]
     if answer.ok:
         say(f"Slurm: {', '.join(drained)} RESUME (jobs start there again)")
     else:
         say(f"pycli: Slurm did not resume {', '.join(drained)} ({answer.why()}); run "
-            f"'{slurm.resume_command(drained)}' on {controller.name}")
+            f"'{slurm_nodes.resume_command(drained)}' on {controller.name}")

@@ -35,7 +35,7 @@ from pycli.core.errors import (
     warn,
 )
 from pycli.core.paths import PROJECT_ROOT, WORKLOADS_DIR, cache_dir, new_run_dir
-from pycli.jobs import containers, slurm
+from pycli.jobs import containers, slurm_nodes
 from pycli.jobs import files as job_files
 from pycli.jobs import slurm_queue as slurm_jobs
 from pycli.jobs import trust as job_trust
@@ -322,7 +322,7 @@ def run_job(
     if request.data_dir is None and workload_needs_data(request.workload):
         request = replace(request, data_dir=digits_dataset(cache_dir()))
     plan = plan_job(cluster, request, layout=layout_of(cluster), job_id=new_job_id())  # bad input before any node
-    slurm_nodes: dict[str, slurm.NodeState] = {}
+    slurm_nodes: dict[str, slurm_nodes.NodeState] = {}
     if plan.slurm:  # the nodes Slurm will not start a job on (its health check drained them) are left out
         slurm_nodes = slurm_jobs.node_states(cluster)
         if (usable := slurm_jobs.without_unavailable(cluster, slurm_nodes, write)) is not cluster:

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pycli.cluster.model import Cluster
 from pycli.cluster.nodes import ssh_each
 from pycli.core.errors import BadInput
-from pycli.jobs import slurm
+from pycli.jobs import slurm, slurm_nodes
 from pycli.jobs.launch import NodeLayout
 from pycli.top.model import ClusterSide, Frame, NodeSample, node_views
 from pycli.top.probe import probe_command, samples_from_answers
@@ -46,7 +46,7 @@ class TopRequest:
 
 def slurm_sections() -> str:
     """Slurm's node states and queue, as two more sections of a node's answer."""
-    return (f"echo '{MARK} sinfo'; {slurm.SINFO_NODES_COMMAND} 2>&1; echo \"{MARK} rc $?\"\n"
+    return (f"echo '{MARK} sinfo'; {slurm_nodes.SINFO_NODES_COMMAND} 2>&1; echo \"{MARK} rc $?\"\n"
             f"echo '{MARK} squeue'; {slurm.squeue_command()} 2>&1; echo \"{MARK} rc $?\"")
 
 
@@ -57,7 +57,7 @@ def cluster_side(sections: dict[str, Section], where: str, notes: list[str]) -> 
         why = failed.text.strip().splitlines()[-1] if failed is not None and failed.text.strip() else "no answer"
         notes.append(f"Slurm: asking on {where} failed: {why}")
         return ClusterSide()
-    return ClusterSide(slurm.parse_sinfo_nodes(sinfo.text), slurm.running_jobs_by_node(slurm.parse_squeue(squeue.text)))
+    return ClusterSide(slurm_nodes.parse_sinfo_nodes(sinfo.text), slurm.running_jobs_by_node(slurm.parse_squeue(squeue.text)))
 
 
 def take_frame(cluster: Cluster, request: TopRequest) -> Frame:

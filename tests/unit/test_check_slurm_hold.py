@@ -8,14 +8,14 @@ import pytest
 from pycli.cluster.model import Cluster, Host
 from pycli.core.errors import PycliError
 from pycli.health.slurm_hold import plan_hold
-from pycli.jobs import slurm
+from pycli.jobs import slurm, slurm_nodes
 
 HOSTS = tuple(Host(name=f"node{i}", address=f"10.0.0.{i}", slots=4) for i in (1, 2, 3, 4))
 CLUSTER = Cluster(hosts=HOSTS, launcher="node1", slurm_controller="node1")
 
 
-def _states(*lines: str) -> dict[str, slurm.NodeState]:
-    return slurm.parse_sinfo_nodes("".join(line + "\n" for line in lines))
+def _states(*lines: str) -> dict[str, slurm_nodes.NodeState]:
+    return slurm_nodes.parse_sinfo_nodes("".join(line + "\n" for line in lines))
 
 
 def _jobs(*lines: str) -> list[slurm.QueuedJob]:

@@ -12,7 +12,7 @@ import pytest
 from pycli.cli.app import main
 from pycli.cluster.model import Cluster, Host
 from pycli.core.errors import BadInput
-from pycli.jobs import slurm
+from pycli.jobs import slurm, slurm_nodes
 from pycli.jobs.launch import GPUS_VAR, HOROVOD_CPU_ENV, NodeLayout, gpus_short, launch_commands
 from pycli.jobs.slurm_queue import batch_job
 from pycli.jobs.train import JobRequest, plan_job
@@ -30,9 +30,9 @@ def _plan(with_slurm: bool = True, **asked):
     return plan_job(_cluster(with_slurm), request, layout=NodeLayout(), job_id="j1")
 
 
-def _states(gpus: int) -> dict[str, slurm.NodeState]:
+def _states(gpus: int) -> dict[str, slurm_nodes.NodeState]:
     gres = f"gpu:{gpus}" if gpus else "(null)"
-    return slurm.parse_sinfo_nodes("".join(f"n{i}|idle|{gres}|none\n" for i in (1, 2)))
+    return slurm_nodes.parse_sinfo_nodes("".join(f"n{i}|idle|{gres}|none\n" for i in (1, 2)))
 
 
 def _settings(plan) -> list[str]:

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from pycli.core.errors import BadInput
-from pycli.jobs import slurm
+from pycli.jobs import slurm, slurm_nodes
 
 
 def test_the_default_is_slurm_where_the_inventory_has_it():
@@ -161,18 +161,18 @@ def test_sacct_command_quotes_what_it_is_given():
 
 
 def test_sinfo_nodes_and_what_a_job_can_start_on():
-    nodes = slurm.parse_sinfo_nodes("node1|idle|gpu:8(S:0-1)|none\nnode2|drained|(null)|pycli: ecc errors|x\n"
+    nodes = slurm_nodes.parse_sinfo_nodes("node1|idle|gpu:8(S:0-1)|none\nnode2|drained|(null)|pycli: ecc errors|x\n"
                                     "node3|down*|gpu:h100:4|Not responding\nnode4|mixed|(null)|none\nnode1|idle|gpu:8|none\n")
     assert [(n.node, n.gpus, n.available) for n in nodes.values()] == [
         ("node1", 8, True), ("node2", 0, False), ("node3", 4, False), ("node4", 0, True)]
     assert nodes["node2"].reason == "pycli: ecc errors|x"
-    assert [n.node for n in slurm.unavailable(nodes, ["node4", "node3", "node2", "node9"])] == ["node3", "node2"]
+    assert [n.node for n in slurm_nodes.unavailable(nodes, ["node4", "node3", "node2", "node9"])] == ["node3", "node2"]
 
 
 def test_drain_and_resume_commands_quote_the_reason():
-    assert slurm.drain_command(["node2"], "gpu: Xid 79; it's gone") == (
+    assert slurm_nodes.drain_command(["node2"], "gpu: Xid 79; it's gone") == (
         "scontrol update nodename=node2 state=drain reason='gpu: Xid 79; it'\"'\"'s gone'")
-    assert slurm.resume_command(["node1", "node2"]) == "scontrol update nodename=node1,node2 state=resume"
+    assert slurm_nodes.resume_command(["node1", "node2"]) == "scontrol update nodename=node1,node2 state=resume"
 
 
 def _fake_squeue(tmp_path, monkeypatch, answers: list[tuple[int, str]]):

@@ -15,7 +15,8 @@ from pycli.cluster.model import Drained, load_cluster
 from pycli.cluster.nodes import NodeOutput
 from pycli.core.errors import BadInput
 from pycli.jobs.launch import NodeLayout
-from pycli.jobs.slurm import NodeState, expand_hostlist, parse_squeue, running_jobs_by_node
+from pycli.jobs.slurm import parse_squeue, running_jobs_by_node
+from pycli.jobs.slurm_nodes import NodeState, expand_hostlist
 from pycli.top.frame import TopRequest
 from pycli.top.model import ClusterSide, Frame, GpuSample, NodeSample, NodeView, node_views
 from pycli.top.probe import node_sample, parse_apps, parse_query_gpu, probe_command, samples_from_answers
