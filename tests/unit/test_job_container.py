@@ -179,7 +179,12 @@ def _start(tmp_path, gpus, nvidia_gpus, options=""):
     tools = {
         "docker": f'case "$1" in\n  run) shift; printf "%s\\n" "$@" > {run_log} ;;\n  image|version) ;;\n'
                   '  inspect) echo true ;;\n  logs) echo "Server listening on 0.0.0.0 port 12345." ;;\nesac\n',
-        "nvidia-smi": "".join(f"echo 'GPU {n}: H100 (UUID: GPU-{n})'\n" for n in range(nvidia_gpus)) or "exit 9\n",
+        # -L in index order; -q with each GPU's UUID and minor number, the minors in reverse.
+        "nvidia-smi": ('[ "$1" = -q ] && exec printf "%s\\n" '
+                       + " ".join(f"'GPU 0000:{n:02x}:00.0' '    GPU UUID : GPU-u{n}' '    Minor Number : {nvidia_gpus - 1 - n}'"
+                                  for n in range(nvidia_gpus)) + "\n"
+                       + "".join(f"echo 'GPU {n}: H100 (UUID: GPU-u{n})'\n" for n in range(nvidia_gpus))
+                       if nvidia_gpus else "exit 9\n"),
     }
     for name, body in tools.items():
         (bin_dir / name).write_text("#!/bin/bash\n" + body)
@@ -199,8 +204,19 @@ def test_start_sh_gives_the_container_the_jobs_gpus_and_the_nodes_options(tmp_pa
     assert words[words.index("--network"):words.index("--network") + 4] == ["--network", "host", "-e", "TOKEN=a b"]
     assert words[-2:] == ["img:1", f"{tmp_path}/job/container/entry.sh"]
     # Slurm's GPUs of the job: with NVIDIA's runtime by index, without it their device files.
+    # (GPUs 1 and 3 are /dev/nvidia1 and /dev/nvidia3, which nvidia-smi lists as its 2 and 0.)
     _, words = _start(tmp_path, "1,3", 4)
-    assert words[words.index("--gpus") + 1] == '"device=1,3"'
+    assert words[words.index("--gpus") + 1] == '"device=GPU-u2,GPU-u0"'
+    ran, _ = _start(tmp_path, "5", 4)
+    assert ran.returncode == 1 and "no GPU with minor number 5" in ran.stderr
+    # A real H200's nvidia-smi -q.
+    (tmp_path / "bin" / "nvidia-smi").write_text(
+        f'#!/bin/sh\n[ "$1" = -q ] && exec cat {DATA / "nvidia-smi-q-h200-580.txt"}\necho "GPU 0: NVIDIA H200"\n')
+    folder = tmp_path / "job" / "container"
+    ran = subprocess.run(["bash", str(folder / "start.sh"), "n", "img:1", "12399", "/srv/pycli", str(tmp_path / "job"), "0",
+                          "io.pycli.job=j1"], env={"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}, capture_output=True,
+                         text=True, timeout=60)
+    assert '"device=GPU-67a1f9c7-91dd-d185-5c15-b658435321f3"' in (tmp_path / "run.log").read_text().split("\n"), ran
     ran, _ = _start(tmp_path, "1", 0)
     assert ran.returncode == 1 and ran.stderr.strip() == "GPU 1 of the job has no device file /dev/nvidia1 on this node"
     _, words = _start(tmp_path, "", 2)

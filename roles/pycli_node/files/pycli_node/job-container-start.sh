@@ -9,8 +9,9 @@
 # Usage: start.sh NAME IMAGE PORT WORK_DIR JOB_DIR GPUS LABEL...
 #   GPUS   "all": every GPU of the node (the ranks see those CUDA_VISIBLE_DEVICES names);
 #          else the indexes of the node's GPUs the job holds ("0,2"; empty for none), Slurm's
-#          (the step's SLURM_STEP_GPUS): with NVIDIA's runtime `--gpus "device=0,2"`, without it
-#          those GPUs' device files (/dev/nvidiaN, as the slurm role's gres.conf lists them).
+#          (the step's SLURM_STEP_GPUS, N being /dev/nvidiaN): with NVIDIA's runtime
+#          `--gpus "device=UUID,..."` (each GPU found by its minor number in nvidia-smi -q),
+#          without it those GPUs' device files.
 #   LABEL  key=value, one or more: what the container is found and removed by.
 # The node's own `docker run` options (the inventory's, then --docker-opt's), one a line, are in
 # run-options beside this script (playbooks/job_container.yml writes it, mode 600: an option
@@ -46,7 +47,16 @@ gpu_count=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 if [ "$gpus" = all ]; then
     [ "$gpu_count" -gt 0 ] && gpu_args=(--gpus all)
 elif [ -n "$gpus" ] && [ "$gpu_count" -gt 0 ]; then
-    gpu_args=(--gpus "\"device=$gpus\"")
+    # Slurm's GPU N is /dev/nvidiaN (gres.conf's File, or NVML's minor number): named to the
+    # runtime by its UUID, as nvidia-smi's own order need not be the device files'.
+    uuids=()
+    by_minor=$(nvidia-smi -q | awk '/GPU UUID/ {uuid = $NF} /Minor Number/ {print $NF, uuid}')
+    for index in ${gpus//,/ }; do
+        uuid=$(printf '%s\n' "$by_minor" | awk -v n="$index" '$1 == n {print $2}')
+        [ -n "$uuid" ] || fail "GPU $index of the job: nvidia-smi -q lists no GPU with minor number $index on this node"
+        uuids+=("$uuid")
+    done
+    gpu_args=(--gpus "\"device=$(IFS=,; echo "${uuids[*]}")\"")
 elif [ -n "$gpus" ]; then
     for index in ${gpus//,/ }; do
         [ -e "/dev/nvidia$index" ] || fail "GPU $index of the job has no device file /dev/nvidia$index on this node"
