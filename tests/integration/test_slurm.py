@@ -1,8 +1,10 @@
 """Slurm on the session's provisioned 2-node cluster: a second inventory of the same nodes opts in
 (group slurm_controller, 4 slots a node) and `pycli provision --tags slurm` adds the scheduler.
 Then `pycli train` goes through the queue: accounted, queued behind another job, cancelled by
-Ctrl-C; drain and Slurm's health check keep jobs off a node. Last, stand-in GPUs on both nodes:
-each job opens only its own, and the inventory's QOS and account hold or refuse a job over them."""
+Ctrl-C; drain and Slurm's health check keep jobs off a node; `pycli check --deep` holds the idle
+node and leaves a user's job alone. Last, stand-in GPUs on both nodes: each job opens only its
+own, a --docker job's containers get only its GPUs and end with it, and the inventory's QOS and
+account hold or refuse a job over them."""
 
 import io
 import json
