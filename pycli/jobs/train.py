@@ -322,10 +322,10 @@ def run_job(
     if request.data_dir is None and workload_needs_data(request.workload):
         request = replace(request, data_dir=digits_dataset(cache_dir()))
     plan = plan_job(cluster, request, layout=layout_of(cluster), job_id=new_job_id())  # bad input before any node
-    slurm_nodes: dict[str, slurm_nodes.NodeState] = {}
+    node_states: dict[str, slurm_nodes.NodeState] = {}
     if plan.slurm:  # the nodes Slurm will not start a job on (its health check drained them) are left out
-        slurm_nodes = slurm_jobs.node_states(cluster)
-        if (usable := slurm_jobs.without_unavailable(cluster, slurm_nodes, write)) is not cluster:
+        node_states = slurm_jobs.node_states(cluster)
+        if (usable := slurm_jobs.without_unavailable(cluster, node_states, write)) is not cluster:
             plan = plan_job(usable, request, layout=layout_of(usable), job_id=plan.job_id)
     inventory = cluster.inventory_path
     container = plan.request.container
@@ -370,7 +370,7 @@ def run_job(
             """One attempt: over SSH, or as a Slurm job of its own (each restart waits its turn in the queue)."""
             if not plan.slurm:
                 return run_processes(plan, write, time_limit_s)
-            ended, slurm_id = slurm_jobs.run_slurm(plan, slurm_nodes, run_dir, write, time_limit_s, number)
+            ended, slurm_id = slurm_jobs.run_slurm(plan, node_states, run_dir, write, time_limit_s, number)
             with (run_dir / "job.txt").open("a") as record:
                 record.write(f"slurm job {slurm_id}\n")
             return ended
