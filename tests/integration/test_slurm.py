@@ -666,6 +666,20 @@ def test_docker_jobs_run_inside_their_allocation_with_their_gpus_and_end_with_it
     rows = {line.split("|")[0]: line.split("|")[1:] for line in steps.splitlines() if line.strip()}
     assert rows[job_id][0].startswith("CANCELLED") and rows[job_id][1] == "node[1-2]", steps
     assert rows[f"{job_id}.0"] == ["COMPLETED", "node[1-2]"], steps
+    # Ctrl-C: pycli cancels the job, and when it returns no container of it is left on any node.
+    seen = []
+    proc = _start(shared_gpus.inventory, "tests/fixtures/container_gpus_probe.py", "--np", "2", "--docker", job_image,
+                  "--", "600")
+    try:
+        _read_until(proc, r"GPUS ", seen)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=180)
+    out = "".join(seen) + rest
+    assert proc.returncode == 130, out[-3000:]
+    job_id = slurm_job_id(out)
+    assert sacct(job_id)["state"].startswith("CANCELLED"), out[-3000:]
+    assert not any((left := _job_containers(f"io.pycli.slurm-job={job_id}")).values()), left
 
 
 def _wait_running(node: str, timeout: float = 60) -> None:

@@ -201,6 +201,7 @@ def test_start_sh_gives_the_container_the_jobs_gpus_and_the_nodes_options(tmp_pa
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == "pycli: job container pycli-job-j1 from img:1 up on n2 (GPUs: --gpus all)"
     assert words[:4] == ["--detach", "--name", "pycli-job-j1", "--label"] and "io.pycli.job=j1" in words
+    assert words[words.index("--ipc"):words.index("--ipc") + 4] == ["--ipc", "host", "--cap-add", "SYS_PTRACE"]
     assert words[words.index("--network"):words.index("--network") + 4] == ["--network", "host", "-e", "TOKEN=a b"]
     assert words[-2:] == ["img:1", f"{tmp_path}/job/container/entry.sh"]
     # Slurm's GPUs of the job: with NVIDIA's runtime by index, without it their device files.

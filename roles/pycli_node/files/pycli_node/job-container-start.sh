@@ -71,7 +71,11 @@ done
 options=()
 [ -f "$here/run-options" ] && mapfile -t options <"$here/run-options"
 
-said=$(docker run --detach --name "$name" "${labels[@]}" --user 0 --ipc host "${gpu_args[@]}" \
+# SYS_PTRACE: Docker's seccomp profile refuses process_vm_readv without it, and Open MPI's
+# shared memory reads a large message from the other rank's memory with it (one copy). Without
+# it every such message prints "Read -1, expected N, errno = 1" and is sent again by copies. It
+# reaches only the container's own processes (its own PID namespace).
+said=$(docker run --detach --name "$name" "${labels[@]}" --user 0 --ipc host --cap-add SYS_PTRACE "${gpu_args[@]}" \
     --volume "$work_dir:$work_dir" --workdir "$job_dir" --env "PYCLI_SSH_PORT=$port" --entrypoint /bin/sh \
     "${options[@]}" "$image" "$job_dir/container/entry.sh" 2>&1) \
     || fail "docker run failed: $(last_line "${said:-no reason given}")"
