@@ -3,8 +3,9 @@
 Then `pycli train` goes through the queue: accounted, queued behind another job, cancelled by
 Ctrl-C; drain and Slurm's health check keep jobs off a node; `pycli check --deep` holds the idle
 node and leaves a user's job alone. Last, stand-in GPUs on both nodes: each job opens only its
-own, a --docker job's containers get only its GPUs and end with it, and the inventory's QOS and
-account hold or refuse a job over them."""
+own, a --docker job's containers get only its GPUs and end with it (scancel, Ctrl-C), and the
+inventory's QOS and account refuse a job over them, hold it until it may run, or cancel one that
+never could."""
 
 import io
 import json
@@ -81,11 +82,15 @@ def last_record(output: str) -> dict:
 
 
 # What the Slurm inventory declares: one QOS of one GPU per user and
-# 10 minutes a job, refusing at submission what goes over it; a team account on it; root in it.
+# 10 minutes a job, refusing at submission what goes over it; one of 5 minutes a job that takes
+# such a job and holds it (no DenyOnLimit); a team account on both; root in it.
 TEAM_QOS = {"name": "team-gpu", "max_tres_per_user": "gres/gpu=1", "max_wall": "10", "flags": ["DenyOnLimit"]}
-TEAM = {"name": "team", "fairshare": 2, "qos": ["normal", "team-gpu"], "default_qos": "team-gpu"}
-ACCOUNTING = {"slurm_qos": [TEAM_QOS], "slurm_accounts": [TEAM], "slurm_users": [{"name": "root", "accounts": ["team"]}]}
-REMOVED = {"slurm_qos": [{"name": "team-gpu", "state": "absent"}], "slurm_accounts": [{"name": "team", "state": "absent"}]}
+SHORT_QOS = {"name": "team-short", "max_wall": "5"}
+TEAM = {"name": "team", "fairshare": 2, "qos": ["normal", "team-gpu", "team-short"], "default_qos": "team-gpu"}
+ACCOUNTING = {"slurm_qos": [TEAM_QOS, SHORT_QOS], "slurm_accounts": [TEAM],
+              "slurm_users": [{"name": "root", "accounts": ["team"]}]}
+REMOVED = {"slurm_qos": [{"name": "team-gpu", "state": "absent"}, {"name": "team-short", "state": "absent"}],
+           "slurm_accounts": [{"name": "team", "state": "absent"}]}
 DECLARED = "\n[all:vars]\n"  # the section _write_inventory adds, the inventory's last
 
 
@@ -231,17 +236,26 @@ def test_an_elastic_torchrun_job_goes_on_without_a_node_whose_processes_died(slu
     assert [r["epoch"] for r in records][-1] == 4 and records[0]["ranks"] == 8 and records[-1]["ranks"] == 4
 
 
-def test_ctrl_c_cancels_the_slurm_job_and_leaves_no_process(slurm_cluster):
+def _ctrl_c(inventory: Path, pattern: str, *args: str) -> tuple[str, str]:
+    """`pycli train ARGS`, Ctrl-C once a line matches `pattern`: what it printed and its Slurm job
+    id, once it has exited 130 with the job CANCELLED."""
     seen: list[str] = []
-    proc = _start(slurm_cluster, "synthetic", "--np", "8", *SHORT[:-4], "--num-iters", "1000", "--threads", "1")
+    proc = _start(inventory, *args)
     try:
-        _read_until(proc, r"iter 1:", seen)
+        _read_until(proc, pattern, seen)
     finally:
         proc.send_signal(signal.SIGINT)
         rest, _ = proc.communicate(timeout=180)
     out = "".join(seen) + rest
     assert proc.returncode == 130, out[-3000:]
-    assert sacct(slurm_job_id(out))["state"].startswith("CANCELLED")
+    job_id = slurm_job_id(out)
+    assert sacct(job_id)["state"].startswith("CANCELLED"), out[-3000:]
+    return out, job_id
+
+
+def test_ctrl_c_cancels_the_slurm_job_and_leaves_no_process(slurm_cluster):
+    out, _ = _ctrl_c(slurm_cluster, r"iter 1:", "synthetic", "--np", "8", *SHORT[:-4], "--num-iters", "1000",
+                     "--threads", "1")
     assert "no process of it is left on any node" in out
     for node in ("node1", "node2"):
         code, left = node_run(node, "pgrep", "-af", "/srv/pycli/jobs/")
@@ -667,18 +681,8 @@ def test_docker_jobs_run_inside_their_allocation_with_their_gpus_and_end_with_it
     assert rows[job_id][0].startswith("CANCELLED") and rows[job_id][1] == "node[1-2]", steps
     assert rows[f"{job_id}.0"] == ["COMPLETED", "node[1-2]"], steps
     # Ctrl-C: pycli cancels the job, and when it returns no container of it is left on any node.
-    seen = []
-    proc = _start(shared_gpus.inventory, "tests/fixtures/container_gpus_probe.py", "--np", "2", "--docker", job_image,
-                  "--", "600")
-    try:
-        _read_until(proc, r"GPUS ", seen)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=180)
-    out = "".join(seen) + rest
-    assert proc.returncode == 130, out[-3000:]
-    job_id = slurm_job_id(out)
-    assert sacct(job_id)["state"].startswith("CANCELLED"), out[-3000:]
+    _, job_id = _ctrl_c(shared_gpus.inventory, r"GPUS ", "tests/fixtures/container_gpus_probe.py", "--np", "2",
+                        "--docker", job_image, "--", "600")
     assert not any((left := _job_containers(f"io.pycli.slurm-job={job_id}")).values()), left
 
 
@@ -697,7 +701,7 @@ def test_accounts_and_a_qos_from_the_inventory_hold_or_refuse_a_job_over_its_lim
     assert _sacctmgr("qos", "where", "name=team-gpu", "format=Name,MaxTRESPU,MaxWall,Flags") == [
         "team-gpu|gres/gpu=1|00:10:00|DenyOnLimit"]
     assert _sacctmgr("association", "where", "account=team", "format=Account,User,Fairshare,QOS,DefaultQOS") == [
-        "team||2|normal,team-gpu|team-gpu", "team|root|1|normal,team-gpu|team-gpu"]
+        "team||2|normal,team-gpu,team-short|team-gpu", "team|root|1|normal,team-gpu,team-short|team-gpu"]
     queue = ["--account", "team", "--qos", "team-gpu", "--gpus-per-node", "1"]
     # Two GPUs (one on each node) where the QOS allows one a user: sbatch refuses it, in Slurm's words.
     over = run_pycli("train", "-i", str(shared_gpus.inventory), "synthetic", "--np", "8", *queue, *SHORT, timeout=300)
@@ -725,10 +729,19 @@ def test_accounts_and_a_qos_from_the_inventory_hold_or_refuse_a_job_over_its_lim
     assert f"pycli: Slurm job {job_id} PENDING (QOSMaxGRESPerUser; held by a limit of its QOS or account)" in held.stdout
     code, out = node_run("node1", "sacct", "-X", "-n", "-P", "-j", job_id, "-o", "Account,QOS,State,AllocTRES")
     assert code == 0 and out.startswith("team|team-gpu|COMPLETED|") and "gres/gpu=1" in out, out
+    # Over the per-job wall time of a QOS that takes such a job: it would wait for ever, so pycli
+    # cancels it at once, in one line with Slurm's reason.
+    never = run_pycli("train", "-i", str(shared_gpus.inventory), "synthetic", "--np", "2", "--account", "team", "--qos",
+                      "team-short", "--time-limit", "600", *SHORT, timeout=300)
+    assert never.returncode == 1, never.stdout[-3000:] + never.stderr[-2000:]
+    job_id = slurm_job_id(never.stdout)
+    assert (f"Slurm job {job_id} would never start as asked (QOSMaxWallDurationPerJobLimit: over a per-job limit of its "
+            "QOS, account or partition), so pycli cancelled it") in never.stdout, never.stdout[-3000:]
+    assert sacct(job_id)["state"].startswith("CANCELLED")
     # What says absent is removed (root's own account, and root, stay); the stand-ins go with the nodes' files.
     back = shared_gpus.restore()
     assert back.returncode == 0, back.stdout[-3000:]
-    assert _sacctmgr("qos", "where", "name=team-gpu", "format=Name") == []
+    assert _sacctmgr("qos", "where", "name=team-gpu,team-short", "format=Name") == []
     assert _sacctmgr("association", "where", "user=root", "format=Account,User") == ["root|root"]
     code, gres = node_run("node1", "sinfo", "-h", "-N", "-n", "node2", "-o", "%G")
     assert gres.strip() == "(null)", gres
