@@ -1,4 +1,5 @@
-"""`pycli jobs`: Slurm's queue and the jobs it has accounted, asked on the launcher node."""
+"""`pycli jobs`: Slurm's queue and the jobs it has accounted, asked on the launcher node; with
+--attach, one job pycli submitted followed again (pycli.jobs.slurm_queue.attach)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import typer
 
 from pycli.cli.options import INVENTORY_ARGUMENT, INVENTORY_OPTION, JSON_OPTION
+from pycli.cluster.model import Cluster
 
 # Between the two answers of one SSH command.
 _SPLIT = "@@pycli-sacct"
@@ -20,6 +22,11 @@ def jobs_cmd(
         "now-1days", "--since", help="Accounted jobs since this time, as sacct -S takes it (e.g. 2026-11-26T09:00, now-7days)."
     ),
     as_json: bool = JSON_OPTION,
+    attach: str | None = typer.Option(
+        None, "--attach", metavar="JOB",
+        help="Follow Slurm job JOB (one pycli train submitted) again: its output, its end, its results fetched. "
+             "Ctrl-C stops following and leaves the job alone.",
+    ),
 ) -> None:
     """List the cluster's Slurm queue (squeue) and its recent jobs (sacct): who, where, how long, how they ended."""
     from pycli.cli.options import load_inventory
@@ -31,6 +38,8 @@ def jobs_cmd(
     cluster = load_inventory(inventory, inventory_option)
     if not cluster.has_slurm:
         slurm.choose_scheduler(slurm.SLURM, False)  # the one line that says how to add Slurm
+    if attach is not None:
+        raise typer.Exit(_attach(cluster, attach))
     if not since.strip() or any(c.isspace() for c in since) or since.startswith("-"):
         raise BadInput(f"--since {since!r}: give one time as sacct -S takes it, e.g. now-1days or 2026-11-26T09:00")
     host = cluster.launcher_host
@@ -50,6 +59,21 @@ def jobs_cmd(
     print(table(["JOB", "NAME", "USER", "STATE", "EXIT", "START", "ELAPSED", "NODES"],
                 [[j.job_id, j.name, j.user, j.state, f"{j.exit_code}:{j.signal}", j.start, j.elapsed, j.nodes]
                  for j in accounted]))
+
+
+def _attach(cluster: Cluster, job_id: str) -> int:
+    from pycli.core.paths import new_run_dir
+    from pycli.jobs.slurm_queue import attach
+
+    results = new_run_dir("attach") / "results"
+    ended = attach(cluster, job_id, results)
+    if ended.detached:
+        print(f"pycli: {ended.why}" + (f": follow it with 'pycli jobs {cluster.inventory_path} --attach {job_id}'"
+                                       if ended.lost else ""))
+        return ended.code
+    said = "finished" if ended.code == 0 else f"failed (exit {ended.code})"
+    print(f"pycli: {ended.why}; job {said}; results in {results}")
+    return ended.code
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:

@@ -101,10 +101,11 @@ def jobs_kept(value: object) -> int:
     return int(text)
 
 
-def stage_items(plan: JobPlan, container_files: Path | None = None, discovery: Path | None = None) -> list[StageItem]:
+def stage_items(plan: JobPlan, container_files: Path | None = None, discovery: Path | None = None,
+                slurm_ssh: Path | None = None) -> list[StageItem]:
     """What a job needs on its nodes: its workload (the built-in folder, or the user's script),
-    its data, the checkpoint it resumes from, and its container files and host discovery script,
-    which are its own and never stored."""
+    its data, the checkpoint it resumes from, and its container files, host discovery script and
+    own ssh (a folder), which are its own and never stored."""
     workloads = plan.job_dir / "workloads"
     script = plan.script.resolve()
     if script.parent == WORKLOADS_DIR:  # the built-in workloads import their shared library
@@ -118,7 +119,8 @@ def stage_items(plan: JobPlan, container_files: Path | None = None, discovery: P
         resume = plan.resume.resolve()
         items.append(StageItem(resume, "file", plan.job_dir / "resume.pt", content_digest(resume)))
     # Private keys and a per-job script: sent to this job's folder only, never kept in a store.
-    for path, dest in ((container_files, plan.job_dir / "container"), (discovery, plan.discovery_script)):
+    own = ((container_files, plan.job_dir / "container"), (discovery, plan.discovery_script), (slurm_ssh, plan.slurm_ssh_dir))
+    for path, dest in own:
         if path is not None:
             items.append(StageItem(path.resolve(), "direct", dest, hashlib.sha256(str(dest).encode()).hexdigest()[:DIGEST_CHARS]))
     return items
@@ -197,12 +199,13 @@ def _receive(host: Host, command: str, items: Sequence[StageItem]) -> NodeOutput
     return ssh_stream(host, command, send=lambda stdin: write_tar(items, stdin), timeout_s=STAGE_TIMEOUT_S)
 
 
-def stage(plan: JobPlan, run_dir: Path, container_files: Path | None = None, discovery: Path | None = None) -> JobPlan:
+def stage(plan: JobPlan, run_dir: Path, container_files: Path | None = None, discovery: Path | None = None,
+          slurm_ssh: Path | None = None) -> JobPlan:
     """Put the job's files at the same paths on every node of the job; what a node's store
     holds already is not sent again. Returns the plan completed with what the nodes said:
     their cores (threads per rank) and GPUs (Horovod's settings), and torchrun's rendezvous
     port, free on the first node."""
-    items = stage_items(plan, container_files, discovery)
+    items = stage_items(plan, container_files, discovery, slurm_ssh)
     rendezvous = plan.launcher == "torchrun"
     peers = job_trust.peers(plan)
 
@@ -258,19 +261,26 @@ def rank0_host(plan: JobPlan, gone: Collection[str] = ()) -> Host:
     then the one whose job folder holds rank 0's metrics (the first node when none does). Nodes
     in `gone` (the sweep after the job found them unreachable) are not asked: each would cost an
     SSH connect timeout."""
-    if not plan.ranks_by_rendezvous:
-        return plan.rank0
-    probe = f"test -f {shlex.quote(str(plan.job_dir / METRICS_FILE))}"
-    asked = [host for host in plan.hosts if host.name not in gone]
+    return holding_metrics(plan.hosts, plan.job_dir, gone) if plan.ranks_by_rendezvous else plan.rank0
+
+
+def holding_metrics(hosts: Sequence[Host], job_dir: PurePosixPath, gone: Collection[str] = ()) -> Host:
+    """The first of `hosts` whose job folder holds rank 0's metrics; the first of them when none does."""
+    probe = f"test -f {shlex.quote(str(job_dir / METRICS_FILE))}"
+    asked = [host for host in hosts if host.name not in gone]
     answers = ssh_each([(host, probe) for host in asked], shared=True)
-    return next((host for host in asked if answers[host.name].ok), plan.rank0)
+    return next((host for host in asked if answers[host.name].ok), hosts[0])
 
 
 def collect(plan: JobPlan, results: Path, gone: Collection[str] = ()) -> None:
-    """Fetch rank 0's metrics and checkpoints into `results` (one tar stream over the shared
-    connection); `gone`: nodes known not to answer (rank0_host)."""
-    host = rank0_host(plan, gone)
-    command = f"cd {shlex.quote(str(plan.job_dir))} && {RESULTS_LINE}"
+    """Fetch rank 0's metrics and checkpoints into `results`; `gone`: nodes known not to answer (rank0_host)."""
+    fetch_results(rank0_host(plan, gone), plan.job_dir, results)
+
+
+def fetch_results(host: Host, job_dir: PurePosixPath, results: Path) -> None:
+    """The job's metrics and checkpoints from its folder on `host` into `results`, one tar stream
+    over the shared connection."""
+    command = f"cd {shlex.quote(str(job_dir))} && {RESULTS_LINE}"
     results.mkdir(parents=True, exist_ok=True)
 
     def unpack(stdout: IO[bytes]) -> None:  # a second try writes the same files again

@@ -168,6 +168,17 @@ class JobPlan:
         return self.launcher == "torchrun" and (self.restarts_by_agents or self.slurm) and len(self.hosts) > 1
 
     @property
+    def logins_as_steps(self) -> bool:
+        """horovodrun through Slurm, on the nodes themselves: it starts the ranks of every node but
+        its own with `ssh`, and each such login must become a step of the job (slurm_ssh_script)."""
+        return self.slurm and self.launcher == "horovod" and not self.request.container
+
+    @property
+    def slurm_ssh_dir(self) -> PurePosixPath:
+        """logins_as_steps: the folder of the job's own `ssh`, first on horovodrun's PATH."""
+        return self.job_dir / "slurm-ssh"
+
+    @property
     def discovery_script(self) -> PurePosixPath:
         """--elastic: the script horovodrun asks which hosts can take ranks now (host_discovery_script)."""
         return self.job_dir / "discover-hosts.sh"
@@ -250,13 +261,16 @@ def host_discovery_script(plan: JobPlan) -> str:
     """The script horovodrun --elastic runs on the launcher node, again and again: `address:slots`
     for every host of the job that answers SSH now, in the job's host order. A lost node drops
     out; one that comes back is taken in again, up to --np ranks."""
+    # Through Slurm, the system's ssh (`command -p`), not the job's own (slurm_ssh_script), which
+    # would wait for a lost node as long as Slurm does.
+    ssh = "command -p ssh" if plan.logins_as_steps else "ssh"
     lines = [
         "#!/bin/bash",
         f"# pycli job {plan.job_id}: the hosts that can take ranks now (horovodrun --host-discovery-script).",
         "found=$(mktemp -d) || exit 1",
         "trap 'rm -rf \"$found\"' EXIT",
         "probe() {",
-        f"    ssh -o BatchMode=yes -o ConnectTimeout={DISCOVERY_CONNECT_TIMEOUT_S} -p \"$2\" \"$3\" true "
+        f"    {ssh} -o BatchMode=yes -o ConnectTimeout={DISCOVERY_CONNECT_TIMEOUT_S} -p \"$2\" \"$3\" true "
         "</dev/null >/dev/null 2>&1 && echo \"$3:$4\" >\"$found/$1\"",
         "}",
         *(f"probe {i:05d} {host.port} {shlex.quote(host.address)} {host.slots} &" for i, host in enumerate(plan.hosts)),
@@ -265,6 +279,38 @@ def host_discovery_script(plan: JobPlan) -> str:
         "exit 0",
     ]
     return "\n".join(lines) + "\n"
+
+
+# The options of OpenSSH's client that take a value (ssh(1)): the job's own ssh skips them.
+SSH_VALUE_OPTIONS = "BbcDEeFIiJLlmOoPpQRSWw"
+
+
+def slurm_ssh_script(plan: JobPlan) -> str:
+    """The job's own `ssh` through Slurm (JobPlan.logins_as_steps): a login horovodrun makes to a
+    node of the job runs its command as a step of the job there (`srun --overlap`, one task),
+    so the ranks it starts run inside the job's allocation, with its GPUs and memory only and
+    accounted by sacct, not beside it as a login would. The host is the job's node by the
+    address horovodrun's -H names it by, or by its Slurm name (horovodrun --mpi); ssh's own
+    options are skipped; the command is the rest of the words, joined as ssh joins them."""
+    cases = "".join(f"    {'|'.join(shlex.quote(name) for name in dict.fromkeys((host.address, host.name)))}) "
+                    f"node={shlex.quote(host.name)} ;;\n" for host in plan.hosts)
+    return "\n".join([
+        "#!/bin/bash",
+        f"# pycli job {plan.job_id}: horovodrun's logins to the job's nodes, each run as a step of its Slurm job.",
+        "host=",
+        "while [ $# -gt 0 ]; do",
+        "    case $1 in",
+        f"        -[{SSH_VALUE_OPTIONS}]) shift 2 ;;",
+        "        --) shift; [ -z \"$host\" ] && { host=$1; shift; }; break ;;",
+        "        -*) shift ;;",
+        "        *) [ -n \"$host\" ] && break; host=$1; shift ;;",
+        "    esac",
+        "done",
+        "case ${host#*@} in",
+        cases + "    *) echo \"pycli: $host is no node of Slurm job ${SLURM_JOB_ID:-?}\" >&2; exit 255 ;;",
+        "esac",
+        'exec srun --nodes=1 --ntasks=1 --nodelist="$node" --overlap --mpi=none --cpu-bind=none --quiet bash -c "$*"',
+    ]) + "\n"
 
 
 def autotune_log(plan: JobPlan) -> PurePosixPath:
@@ -279,6 +325,9 @@ def horovodrun_argv(plan: JobPlan) -> list[str]:
     if plan.elastic_min_np is not None:
         argv += ["--min-np", str(plan.elastic_min_np), "--max-np", str(plan.np),
                  "--host-discovery-script", str(plan.discovery_script)]
+    elif plan.logins_as_steps and plan.request.controller == "mpi":
+        # Open MPI inside the allocation keeps the hosts of -H that Slurm names (job_mpirun_argv).
+        argv += ["-H", render_hostfile(slurm_named(plan.hosts), "horovod").strip()]
     else:
         argv += ["-H", render_hostfile(plan.hosts, "horovod").strip()]
     argv.append("--gloo" if plan.request.controller == "gloo" else "--mpi")
@@ -328,15 +377,18 @@ def mpirun_argv(
     return argv
 
 
+def slurm_named(hosts: Sequence[Host]) -> tuple[Host, ...]:
+    """The hosts as Open MPI must name them inside a Slurm allocation, where it keeps only the
+    hosts of -H the allocation names: by the inventory's names, which are Slurm's (roles/slurm).
+    Its daemons start through srun, so the names need not resolve."""
+    return tuple(replace(host, address=host.name) for host in hosts)
+
+
 def job_mpirun_argv(plan: JobPlan, user: str) -> list[str]:
     """The job under mpirun: Horovod with its MPI controller, the ranks started by Open MPI."""
-    hosts = plan.hosts
-    if plan.slurm and not plan.request.container:
-        # Inside a Slurm allocation Open MPI keeps only the hosts of -H the allocation names, named
-        # as Slurm names them: the inventory's names (roles/slurm). Its daemons start through srun,
-        # so the names need not resolve. (In a job container, Open MPI sees no Slurm and starts
-        # them over the containers' SSH, as without Slurm.)
-        hosts = tuple(replace(host, address=host.name) for host in hosts)
+    # In a job container, Open MPI sees no Slurm and starts its daemons over the containers' SSH,
+    # as without Slurm.
+    hosts = slurm_named(plan.hosts) if plan.slurm and not plan.request.container else plan.hosts
     launch = mpirun_argv("mpirun", hosts, np=plan.np, user=user, ssh_ports=plan.ssh_ports,
                          network_interface=plan.network_interface)
     # remote_shell sets these in mpirun's own environment; -x hands them to every rank.
@@ -433,6 +485,8 @@ def remote_shell(plan: JobPlan, argv: Sequence[str], hosts: Sequence[Host] | Non
     # Every word quoted, the inventory's and the command line's values with them; only the
     # node's own $PATH is left for its shell to expand.
     path = shlex.quote(f"PATH={plan.layout.venv / 'bin'}") + ':"$PATH"'
+    if plan.logins_as_steps:  # horovodrun's ssh is the job's own (slurm_ssh_script)
+        path = shlex.quote(f"PATH={plan.slurm_ssh_dir}:{plan.layout.venv / 'bin'}") + ':"$PATH"'
     return f"cd {shlex.quote(str(plan.job_dir))} && exec env {path} {shlex.join([*env, *argv])}"
 
 

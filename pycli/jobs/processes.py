@@ -25,6 +25,8 @@ class JobExit:
     why: str = ""  # e.g. "node2 exited 1 first", "node2 stopped answering", "its --time-limit of 60 s passed"
     timed_out: bool = False  # pycli stopped it: its time limit passed
     lost: bool = False  # a node's SSH session ended with ssh's own error: the node stopped answering
+    final: bool = False  # no restart would do better: Slurm would never start the job as asked
+    detached: bool = False  # pycli lost sight of a job that goes on in Slurm: nothing of it may be touched
 
 
 # How long the job's processes get to end on Ctrl-C, once pycli stops them itself.

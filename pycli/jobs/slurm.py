@@ -116,6 +116,9 @@ def sbatch_script(job: BatchJob) -> str:
         options.append(f"--comment={job.comment}")
     if job.elastic:
         options.append("--no-kill")
+    # pycli owns a job's restarts (--max-restarts): Slurm must never run it a second time by itself
+    # (a node lost under it, a prolog that drained a node), into the same job folder, unwatched.
+    options.append("--no-requeue")
     lines = [
         "#!/bin/bash",
         "# Written by 'pycli train'; submit it again by hand from any node with 'sbatch THIS_FILE'.",
@@ -234,6 +237,13 @@ def never_starts(reason: str) -> bool:
     return (held_by_limit(reason) and "PerJob" in reason) or reason in ("PartitionTimeLimit", "PartitionNodeLimit")
 
 
+def requeued_held(reason: str) -> bool:
+    """Slurm put the job back in the queue held (a prolog that failed: "launch failed requeued
+    held"); it waits for an administrator's release, for good. pycli's jobs ask for --no-requeue,
+    so only a job requeued by hand gets here."""
+    return "requeued held" in reason.replace("_", " ").lower()
+
+
 @dataclass(frozen=True)
 class QueueState:
     state: str  # PENDING, RUNNING, COMPLETING, ...
@@ -253,11 +263,11 @@ def parse_watch_line(line: str) -> QueueState | None:
     return QueueState(state, reason, "" if batch_host in ("n/a", "(null)") else batch_host, nodes)
 
 
-def output_command(path: str, job_id: str, interval_s: float = 1.0) -> str:
-    """On the batch host: the job's output file from its first line, followed while Slurm has the
-    job (_while_queued: a moment without slurmctld does not end it), and a moment more for the
-    last lines."""
-    return (f"tail -n +1 -F {shlex.quote(path)} 2>/dev/null & t=$!; "
+def output_command(path: str, job_id: str, interval_s: float = 1.0, from_line: int = 1) -> str:
+    """On the batch host: the job's output file from line `from_line` (a watch that lost its
+    connection goes on where it was), followed while Slurm has the job (_while_queued: a moment
+    without slurmctld does not end it), and a moment more for the last lines."""
+    return (f"tail -n +{max(1, from_line)} -F {shlex.quote(path)} 2>/dev/null & t=$!; "
             + _while_queued(job_id, "%T", on_state=":", on_error=":", interval_s=interval_s)
             + "; sleep 1; kill $t; wait $t 2>/dev/null; exit 0")
 
@@ -346,6 +356,24 @@ def parse_scontrol_job(stdout: str, job_id: str) -> AccountedJob | None:
             state=state, exit_code=exit_code, signal=signal_number, submit=values.get("SubmitTime", ""),
             start=values.get("StartTime", ""), elapsed=values.get("RunTime", ""), nodes=values.get("NodeList", ""),
             reason=values.get("Reason", ""))
+    return None
+
+
+# What `pycli jobs --attach` reads of a job it follows again: where it runs and from which folder.
+ATTACH_FIELDS = ("JobID", "State", "NodeList", "WorkDir")
+
+
+def attach_command(job_id: str) -> str:
+    """sacct's allocation line of one job, '|'-separated, the fields of ATTACH_FIELDS."""
+    return shlex.join(["sacct", "-X", "-n", "-P", "-a", "-j", job_id, "-o", ",".join(ATTACH_FIELDS)])
+
+
+def parse_attach(stdout: str, job_id: str) -> dict[str, str] | None:
+    """The ATTACH_FIELDS of `job_id` in an attach_command answer; None where sacct does not have it."""
+    for line in stdout.splitlines():
+        parts = line.strip().split("|", len(ATTACH_FIELDS) - 1)
+        if len(parts) == len(ATTACH_FIELDS) and parts[0] == job_id:
+            return dict(zip(ATTACH_FIELDS, parts, strict=True))
     return None
 
 

@@ -11,22 +11,23 @@ them waits in the queue until the first ends. Command lines and parsers: pycli.j
 from __future__ import annotations
 
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO
 
 from pycli.cluster import runner
 from pycli.cluster.drained import stamp
 from pycli.cluster.model import Cluster, Drained, Host
-from pycli.cluster.nodes import SSH_TIMEOUT_S, RemoteProcess, ssh_each, ssh_stream
-from pycli.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, BadInput, PycliError
+from pycli.cluster.nodes import SSH_TIMEOUT_S, ssh_each, ssh_stream
+from pycli.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_UNREACHABLE, BadInput, PycliError
 from pycli.jobs import containers, slurm, slurm_nodes
-from pycli.jobs.launch import TORCHRUN_RDZV_ID_ENV, JobPlan, gpus_short, launch_commands
-from pycli.jobs.processes import STOP_GRACE_S, JobExit
+from pycli.jobs import files as job_files
+from pycli.jobs.launch import TORCHRUN_RDZV_ID_ENV, JobPlan, NodeLayout, gpus_short, launch_commands
+from pycli.jobs.processes import JobExit
+from pycli.jobs.slurm_watch import UNAVAILABLE_GRACE_S, SlurmWatch
 
 SCRIPT_NAME = "job.sbatch"
 # sacct can lag slurmctld by a moment (slurmdbd is told asynchronously): how long to ask.
@@ -108,16 +109,17 @@ def submit(plan: JobPlan, script: str) -> str:
     return slurm.parse_job_id(answer.stdout)
 
 
-def accounted(plan: JobPlan, job_id: str) -> slurm.AccountedJob | None:
-    """The job as Slurm has it once it has finished: sacct's record, else (slurmdbd down, or
-    behind) slurmctld's own; what either says unfinished, or None, if neither says it ended."""
+def accounted(launcher: Host, job_id: str) -> slurm.AccountedJob | None:
+    """The job as Slurm has it once it has finished, asked on `launcher`: sacct's record, else
+    (slurmdbd down, or behind) slurmctld's own; what either says unfinished, or None, if neither
+    says it ended."""
     deadline = time.monotonic() + ACCOUNTING_WAIT_S
     while True:
-        answer = ssh_each([(plan.rank0, slurm.sacct_command([job_id]))], shared=True)[plan.rank0.name]
+        answer = ssh_each([(launcher, slurm.sacct_command([job_id]))], shared=True)[launcher.name]
         found = [job for job in slurm.parse_sacct(answer.stdout) if job.job_id == job_id] if answer.ok else []
         if found and found[0].finished:
             return found[0]
-        own = ssh_each([(plan.rank0, slurm.scontrol_job_command(job_id))], shared=True)[plan.rank0.name]
+        own = ssh_each([(launcher, slurm.scontrol_job_command(job_id))], shared=True)[launcher.name]
         kept = slurm.parse_scontrol_job(own.stdout, job_id) if own.ok else None
         if kept is not None and kept.finished:
             return kept
@@ -127,12 +129,20 @@ def accounted(plan: JobPlan, job_id: str) -> slurm.AccountedJob | None:
 
 
 def ending(job: slurm.AccountedJob | None, job_id: str, interrupted: bool, time_limit_s: float | None,
-           held: str = "") -> JobExit:
+           held: str = "", unavailable: str = "") -> JobExit:
     """How the Slurm job ended, as pycli says it (pycli.jobs.processes.JobExit); `held`: the pending
-    reason for which pycli cancelled it, as it would never start (slurm.never_starts)."""
+    reason for which pycli cancelled it, as it would never start (slurm.never_starts, requeued
+    held); `unavailable`: the nodes of its fixed node list that kept it from starting."""
+    if slurm.requeued_held(held):
+        return JobExit(EXIT_FAILED, f"Slurm job {job_id} was requeued held ({held}) and would wait for an "
+                                    "administrator for good, so pycli cancelled it", final=True)
     if held:
         return JobExit(EXIT_BAD_INPUT, f"Slurm job {job_id} would never start as asked ({held}: over a per-job limit "
-                                       "of its QOS, account or partition), so pycli cancelled it")
+                                       "of its QOS, account or partition), so pycli cancelled it", final=True)
+    if unavailable:
+        return JobExit(EXIT_FAILED, f"Slurm job {job_id} could not start: {unavailable}, a node it was submitted to "
+                                    f"for {UNAVAILABLE_GRACE_S} s; pycli cancelled it (a new job leaves such a node out)",
+                       final=True)
     if job is None:
         return JobExit(EXIT_FAILED, f"neither sacct nor slurmctld has a record of Slurm job {job_id}")
     said = f"Slurm job {job_id} {job.state}"
@@ -170,62 +180,15 @@ def run_slurm(plan: JobPlan, states: dict[str, slurm_nodes.NodeState], run_dir: 
 
 def _submit_and_watch(plan: JobPlan, script: str, path: Path, run_dir: Path, write: Callable[[str], None],
                       time_limit_s: float | None, interrupted: threading.Event) -> tuple[JobExit, str]:
-    submitted = time.monotonic()
     job_id = submit(plan, script)
     write(f"pycli: Slurm job {job_id} submitted from {plan.rank0.name} (script {path})")
-    hosts = {host.name: host for host in plan.hosts}
-    output: list[RemoteProcess] = []
-    last: list[slurm.QueueState] = []
-    held: list[str] = []  # the pending reason that holds the job for good, once seen
-
-    def on_watch(line: str) -> None:
-        if (said := slurm.unanswered(line)) is not None:
-            write(f"pycli: squeue on {plan.rank0.name} failed ({said}); still watching Slurm job {job_id}")
-            return
-        state = slurm.parse_watch_line(line)
-        if state is None:
-            return
-        if not last or (state.state, state.reason) != (last[-1].state, last[-1].reason):
-            note = f"; {slurm.LIMIT_NOTE}" if slurm.held_by_limit(state.reason) else ""
-            why = f" ({state.reason}{note})" if state.reason not in ("None", "") else ""
-            where = f" on {state.nodes}" if state.state == "RUNNING" and state.nodes else ""
-            waited = f" after {time.monotonic() - submitted:.1f} s" if state.state == "RUNNING" else ""
-            write(f"pycli: Slurm job {job_id} {state.state}{why}{where}{waited}")
-        last.append(state)
-        if state.state == "PENDING" and slurm.never_starts(state.reason) and not held:
-            held.append(state.reason)
-        if not output and state.batch_host in hosts and state.state in ("RUNNING", "COMPLETING"):
-            output.append(RemoteProcess(hosts[state.batch_host],
-                                        slurm.output_command(str(plan.job_dir / f"slurm-{job_id}.out"), job_id), "", write))
-
-    cancelled_at: float | None = None
-    watcher = RemoteProcess(plan.rank0, slurm.watch_command(job_id), "", on_watch)
-    while True:
-        try:
-            watcher.wait(timeout=0.5)
-            break
-        except subprocess.TimeoutExpired:
-            if (interrupted.is_set() or held) and cancelled_at is None:
-                cancelled_at = time.monotonic()
-                write(f"pycli: cancelling Slurm job {job_id} (scancel)" + (": it would never start" if held else ""))
-                answer = ssh_each([(plan.rank0, slurm.cancel_command(job_id))], shared=True)[plan.rank0.name]
-                if not answer.ok:
-                    write(f"pycli: scancel {job_id} failed: {answer.why()}")
-            elif cancelled_at is not None and time.monotonic() - cancelled_at > STOP_GRACE_S:
-                write(f"pycli: Slurm job {job_id} is still in the queue {STOP_GRACE_S} s after scancel; not waiting")
-                watcher.kill()
-    for proc in output:  # its last lines, then it ends as the job has left the queue
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    if not output:  # it ran and ended between two looks at the queue: its output whole
-        out_file = plan.job_dir / f"slurm-{job_id}.out"
-        answers = ssh_each([(host, f"cat {out_file} 2>/dev/null") for host in plan.hosts], shared=True)
-        for line in next((a.stdout for a in answers.values() if a.ok and a.stdout), "").splitlines():
-            write(line)
-    ended = ending(accounted(plan, job_id), job_id, interrupted.is_set(), time_limit_s, held[0] if held else "")
-    if last and last[-1].state == slurm.COMPLETING and (lost := unanswering(plan, slurm_nodes.expand_hostlist(last[-1].nodes))):
+    watched = SlurmWatch(plan.rank0, {host.name: host for host in plan.hosts}, plan.job_dir, job_id, write, interrupted,
+                         nodes=[host.name for host in plan.hosts]).run()
+    if watched.lost:  # the job goes on in Slurm: nothing of it is touched
+        return JobExit(EXIT_UNREACHABLE, watched.lost, lost=True, detached=True), job_id
+    ended = ending(accounted(plan.rank0, job_id), job_id, watched.interrupted, time_limit_s, watched.held, watched.unavailable)
+    last = watched.last
+    if last and last.state == slurm.COMPLETING and (lost := unanswering(plan, slurm_nodes.expand_hostlist(last.nodes))):
         ended = replace(ended, why=f"{ended.why}; {', '.join(lost)} lost (no answer over SSH; Slurm ends the job "
                                    "there once it gives the node up)", lost=True)
     return ended, job_id
@@ -282,3 +245,38 @@ def set_resumed(cluster: Cluster, nodes: list[str], say: Callable[[str], None]) 
     else:
         say(f"pycli: Slurm did not resume {', '.join(drained)} ({answer.why()}); run "
             f"'{slurm_nodes.resume_command(drained)}' on {controller.name}")
+
+
+def attach(cluster: Cluster, job_id: str, results: Path, write: Callable[[str], None] = print) -> JobExit:
+    """`pycli jobs --attach`: follow a job pycli submitted again, from any controller with the
+    inventory: its output from its first line, its end, its results fetched into `results`.
+    Ctrl-C stops following and leaves the job alone."""
+    if not job_id.isdigit():
+        raise BadInput(f"--attach {job_id!r}: give a Slurm job id, a number (pycli train printed it)")
+    launcher = cluster.launcher_host
+    record = slurm.parse_attach(_ask(launcher, slurm.attach_command(job_id), "asking sacct for the job"), job_id)
+    if record is None:
+        raise BadInput(f"Slurm has no job {job_id} ('pycli jobs {cluster.inventory_path}' lists the jobs it has)")
+    job_dir = PurePosixPath(record["WorkDir"])
+    jobs_dir = NodeLayout.from_settings(cluster.settings).jobs_dir
+    if job_dir.parent != jobs_dir:
+        raise BadInput(f"Slurm job {job_id} is not a job of pycli's: its folder {slurm.printable(str(job_dir))} "
+                       f"is not in {jobs_dir}")
+    hosts = {host.name: host for host in cluster.hosts}
+    write(f"pycli: following Slurm job {job_id} ({record['State']}), its folder {job_dir}")
+    interrupted = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+    try:
+        watched = SlurmWatch(launcher, hosts, job_dir, job_id, write, interrupted, cancel_on_interrupt=False).run()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if watched.lost:
+        return JobExit(EXIT_UNREACHABLE, watched.lost, lost=True, detached=True)
+    if watched.interrupted:
+        return JobExit(EXIT_INTERRUPTED, f"stopped following Slurm job {job_id}", detached=True)
+    ended = ending(accounted(launcher, job_id), job_id, False, None)
+    final = slurm.parse_attach(_ask(launcher, slurm.attach_command(job_id), "asking sacct for the job"), job_id)
+    nodes = [hosts[name] for name in slurm_nodes.expand_hostlist((final or record)["NodeList"]) if name in hosts]
+    if nodes:
+        job_files.fetch_results(job_files.holding_metrics(nodes, job_dir), job_dir, results)
+    return ended

@@ -24,7 +24,6 @@ from pycli.cluster import runner
 from pycli.cluster.hostfiles import fill_slots, render_hostfile
 from pycli.cluster.model import INTERFACE_VAR, JOBS_KEPT_VAR, NODE_GATE_VAR, Cluster, interface_problem
 from pycli.core.errors import (
-    EXIT_BAD_INPUT,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     BadInput,
@@ -49,6 +48,7 @@ from pycli.jobs.launch import (
     host_discovery_script,
     job_process_pattern,
     launch_commands,
+    slurm_ssh_script,
 )
 from pycli.jobs.processes import JobExit, run_processes
 from pycli.jobs.request import JobRequest
@@ -204,13 +204,19 @@ def _run_playbook(inventory: Path, playbook: Path, run_dir: Path, extravars: Map
 
 
 def stage(plan: JobPlan, run_dir: Path, container_files: Path | None = None) -> JobPlan:
-    """The job's files on every node of it (pycli.jobs.files); --elastic jobs get their host discovery script too."""
-    discovery = None
+    """The job's files on every node of it (pycli.jobs.files); --elastic jobs get their host
+    discovery script too, and horovodrun through Slurm its own ssh."""
+    discovery = slurm_ssh = None
     if plan.elastic_min_np is not None:
         discovery = run_dir / plan.discovery_script.name
         discovery.write_text(host_discovery_script(plan))
         discovery.chmod(0o755)  # staged with its mode
-    return job_files.stage(plan, run_dir, container_files, discovery)
+    if plan.logins_as_steps:
+        slurm_ssh = run_dir / plan.slurm_ssh_dir.name
+        slurm_ssh.mkdir(exist_ok=True)
+        (slurm_ssh / "ssh").write_text(slurm_ssh_script(plan))
+        (slurm_ssh / "ssh").chmod(0o755)
+    return job_files.stage(plan, run_dir, container_files, discovery, slurm_ssh)
 
 
 def start_containers(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
@@ -354,6 +360,7 @@ def run_job(
         if container_files is not None:
             containers.forget_private_keys(container_files)
     (run_dir / "job.txt").write_text(job_record(plan))
+    ended: JobExit | None = None
     try:
         if container is not None:
             up = time.monotonic()
@@ -365,19 +372,21 @@ def run_job(
                 write(f"pycli: job containers up on {', '.join(h.name for h in plan.hosts)} "
                       f"(sshd on port {container.ssh_port}) in {time.monotonic() - up:.0f} s")
         started = time.monotonic()  # the job's own time, as without containers
+        slurm_ids: list[str] = []
 
         def attempt(plan: JobPlan, time_limit_s: float | None, number: int = 0) -> JobExit:
             """One attempt: over SSH, or as a Slurm job of its own (each restart waits its turn in the queue)."""
             if not plan.slurm:
                 return run_processes(plan, write, time_limit_s)
             ended, slurm_id = slurm_jobs.run_slurm(plan, node_states, run_dir, write, time_limit_s, number)
+            slurm_ids.append(slurm_id)
             with (run_dir / "job.txt").open("a") as record:
                 record.write(f"slurm job {slurm_id}\n")
             return ended
 
         ended = attempt(plan, request.time_limit_s)
         for number in range(1, 0 if plan.restarts_by_agents else request.max_restarts + 1):
-            if ended.code in (0, EXIT_INTERRUPTED, EXIT_BAD_INPUT) or ended.timed_out:  # 2: Slurm would never start it
+            if ended.code in (0, EXIT_INTERRUPTED) or ended.timed_out or ended.final or ended.detached:
                 break
             # Ask first, so a node that is gone costs one SSH timeout, not an Ansible one too.
             after = plan_restart(plan)
@@ -391,10 +400,15 @@ def run_job(
             ended = attempt(plan, left_s, number)
         code = ended.code
     finally:
-        if container is not None:
-            remove_containers(plan, inventory, run_dir)
-        left = job_files.stop_strays(plan)
+        # A job pycli lost sight of goes on in Slurm: its containers and processes are its own.
+        if ended is None or not ended.detached:
+            if container is not None:
+                remove_containers(plan, inventory, run_dir)
+            left = job_files.stop_strays(plan)
     took = time.monotonic() - started
+    if ended.detached:  # attempt() made it: the Slurm job it lost sight of is the newest
+        write(f"pycli: {ended.why}: follow it with 'pycli jobs {inventory} --attach {slurm_ids[-1]}'")
+        return TrainOutcome(code, run_dir, run_dir / "results", (), plan)
     results = run_dir / "results"
     if code == EXIT_INTERRUPTED:
         write(f"pycli: job interrupted after {took:.0f} s; {strays_line(left)}")

@@ -278,7 +278,7 @@ def test_a_completed_job_is_a_success_while_slurmdbd_is_down(monkeypatch):
 
     monkeypatch.setattr(slurm_jobs, "ssh_each", ssh_each)
     plan = SimpleNamespace(rank0=Host("node1", "10.0.0.1"))
-    job = slurm_jobs.accounted(plan, "42")
+    job = slurm_jobs.accounted(plan.rank0, "42")
     assert job is not None and job.state == "COMPLETED" and asked == ["sacct", "scontrol"]
     assert slurm_jobs.ending(job, "42", interrupted=False, time_limit_s=None).code == 0
 
@@ -293,7 +293,7 @@ def test_ctrl_c_while_sbatch_submits_cancels_the_job_once_its_id_is_known(monkey
     from pycli.cluster.model import Cluster, Host
     from pycli.cluster.nodes import NodeOutput
     from pycli.jobs import slurm_queue as slurm_jobs
-    from pycli.jobs import train
+    from pycli.jobs import slurm_watch, train
     from pycli.jobs.launch import NodeLayout
 
     hosts = (Host("node1", "10.0.0.1", user="root"), Host("node2", "10.0.0.2", user="root"))
@@ -309,11 +309,12 @@ def test_ctrl_c_while_sbatch_submits_cancels_the_job_once_its_id_is_known(monkey
 
     class Watch:
         def __init__(self, host, command, prefix, write):
-            self.looks = 0
+            self.write = write
 
         def wait(self, timeout):
             if "scancel 42" not in asked:
                 raise subprocess.TimeoutExpired("watch", timeout)
+            self.write("@@slurm gone")  # Slurm's word that the job left the queue
 
         def kill(self):
             pass
@@ -323,8 +324,8 @@ def test_ctrl_c_while_sbatch_submits_cancels_the_job_once_its_id_is_known(monkey
         return {host.name: NodeOutput(host.name, 0) for host, _ in commands}
 
     monkeypatch.setattr(slurm_jobs, "submit", submit)
-    monkeypatch.setattr(slurm_jobs, "RemoteProcess", Watch)
-    monkeypatch.setattr(slurm_jobs, "ssh_each", ssh_each)
+    monkeypatch.setattr(slurm_watch, "RemoteProcess", Watch)
+    monkeypatch.setattr(slurm_watch, "ssh_each", ssh_each)
     monkeypatch.setattr(slurm_jobs, "accounted", lambda plan, job_id: slurm.AccountedJob(
         job_id, "pycli-synthetic", "root", "CANCELLED", 0, 15, "", "", "", "node[1-2]", ""))
     said: list[str] = []
@@ -372,3 +373,125 @@ def test_a_job_held_for_good_ends_as_bad_input_with_its_reason():
     assert ended.code == EXIT_BAD_INPUT
     assert ended.why == ("Slurm job 42 would never start as asked (QOSMaxWallDurationPerJobLimit: over a per-job limit of "
                          "its QOS, account or partition), so pycli cancelled it")
+
+
+def test_the_script_asks_slurm_never_to_requeue_the_job():
+    # pycli owns the restarts: a lost node or a prolog that drained one must not rerun the job unwatched.
+    assert "#SBATCH --no-requeue" in slurm.sbatch_script(_job()).splitlines()
+
+
+@pytest.mark.parametrize(("reason", "held"), [
+    ("launch failed requeued held", True), ("launch_failed_requeued_held", True), ("JobHeldUser", False),
+    ("Resources", False), ("ReqNodeNotAvail, UnavailableNodes:node2", False)])
+def test_a_job_requeued_held_is_one_that_waits_for_good(reason, held):
+    assert slurm.requeued_held(reason) is held
+
+
+def test_attach_reads_the_job_s_folder_and_nodes_from_sacct():
+    assert slurm.attach_command("42") == "sacct -X -n -P -a -j 42 -o JobID,State,NodeList,WorkDir"
+    said = "41|COMPLETED|node1|/srv/pycli/jobs/a\n42|RUNNING|node[1-2]|/srv/pycli/jobs/20261206-x\n"
+    assert slurm.parse_attach(said, "42") == {"JobID": "42", "State": "RUNNING", "NodeList": "node[1-2]",
+                                              "WorkDir": "/srv/pycli/jobs/20261206-x"}
+    assert slurm.parse_attach(said, "43") is None
+
+
+def test_the_output_goes_on_from_the_line_a_dropped_connection_left_it_at(tmp_path, monkeypatch):
+    _fake_squeue(tmp_path, monkeypatch, [(0, "RUNNING"), (0, "")])
+    out = tmp_path / "slurm-42.out"
+    out.write_text("epoch 1\nepoch 2\nepoch 3\n")
+    ran = subprocess.run(["bash", "-c", slurm.output_command(str(out), "42", interval_s=0.01, from_line=3)],
+                         capture_output=True, text=True, timeout=60)
+    assert ran.stdout.splitlines() == ["epoch 3"]
+
+
+def _fake_slurm(tmp_path, monkeypatch, script: str) -> Path:
+    """squeue, sinfo and scancel as one script `slurm` of the test's (its first word: which one)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "slurm").write_text("#!/bin/bash\nd=$(dirname \"$0\")\n" + script)
+    for tool in ("squeue", "sinfo", "scancel"):
+        (bin_dir / tool).write_text(f'#!/bin/bash\nexec "$(dirname "$0")/slurm" {tool} "$@"\n')
+    for path in bin_dir.iterdir():
+        path.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    return bin_dir
+
+
+def _watch(monkeypatch, **kw):
+    import threading
+    from pathlib import PurePosixPath
+
+    from pycli.cluster.model import Host
+    from pycli.jobs import slurm_watch
+
+    monkeypatch.setattr(slurm_watch, "UNAVAILABLE_GRACE_S", 1)
+    monkeypatch.setattr(slurm_watch, "NODE_CHECK_S", 0.2)
+    monkeypatch.setattr(slurm_watch, "RECONNECT_PAUSE_S", 0.2)
+    here = Host("node1", "node1", local=True)
+    said: list[str] = []
+    watch = slurm_watch.SlurmWatch(here, {"node1": here}, PurePosixPath("/nonexistent"), "42", said.append,
+                                   threading.Event(), **kw)
+    return watch.run(), said
+
+
+def test_a_queued_job_whose_node_is_drained_is_cancelled_in_one_line_naming_the_node(tmp_path, monkeypatch):
+    from pycli.jobs import slurm_queue as slurm_jobs
+
+    bin_dir = _fake_slurm(tmp_path, monkeypatch, (
+        'case $1 in\n'
+        '  squeue) [ -f "$d/cancelled" ] && echo "CANCELLED|None|n/a|" || '
+        'echo "PENDING|ReqNodeNotAvail, UnavailableNodes:node2|n/a|" ;;\n'
+        '  sinfo) printf "node1|idle|gpu:2|none\\nnode2|drained|gpu:2|gpu: row remap pending\\n" ;;\n'
+        '  scancel) touch "$d/cancelled" ;;\n'
+        'esac\n'))
+    watched, said = _watch(monkeypatch, nodes=("node1", "node2"))
+    assert (bin_dir / "cancelled").exists() and watched.last.state == "CANCELLED"
+    assert watched.unavailable == "node2 (drained: gpu: row remap pending)" and not watched.lost
+    assert "pycli: cancelling Slurm job 42 (scancel): it would never start" in said
+    ended = slurm_jobs.ending(None, "42", False, None, unavailable=watched.unavailable)
+    assert ended.code == 1 and ended.final and ended.why.startswith(
+        "Slurm job 42 could not start: node2 (drained: gpu: row remap pending), a node it was submitted to for")
+
+
+def test_a_job_requeued_held_is_cancelled_and_not_restarted(tmp_path, monkeypatch):
+    from pycli.jobs import slurm_queue as slurm_jobs
+
+    _fake_slurm(tmp_path, monkeypatch, (
+        'case $1 in\n'
+        '  squeue) [ -f "$d/cancelled" ] && echo "CANCELLED|None|n/a|" || echo "PENDING|launch failed requeued held|n/a|" ;;\n'
+        '  scancel) touch "$d/cancelled" ;;\n'
+        'esac\n'))
+    watched, _ = _watch(monkeypatch)
+    assert watched.held == "launch failed requeued held"
+    ended = slurm_jobs.ending(None, "42", False, None, held=watched.held)
+    assert ended.code == 1 and ended.final and "requeued held" in ended.why
+
+
+def test_a_watch_whose_connection_drops_connects_again_and_sees_the_end(tmp_path, monkeypatch):
+    # The third squeue kills the watch's shell (its process group), as a dropped SSH connection ends the watch.
+    bin_dir = _fake_slurm(tmp_path, monkeypatch, (
+        'n=$(cat "$d/n" 2>/dev/null || echo 0); echo $((n + 1)) > "$d/n"\n'
+        '[ "$n" = 2 ] && kill -9 -- -$(ps -o pgid= -p $$ | tr -d " ")\n'
+        '[ "$n" -ge 5 ] && echo "COMPLETED|None|node1|node1" || echo "RUNNING|None|node1|node1"\n'))
+    watched, said = _watch(monkeypatch)
+    assert watched.last.state == "COMPLETED" and not watched.lost, said
+    assert any(line.startswith("pycli: lost the connection to node1 watching Slurm job 42") for line in said), said
+    assert "pycli: watching Slurm job 42 again" in said
+    assert said.count("pycli: Slurm job 42 RUNNING on node1" + said[0].split("node1", 2)[-1]) <= 1  # said once
+    assert int((bin_dir / "n").read_text()) >= 6
+
+
+def test_a_watch_that_cannot_connect_again_ends_as_lost_and_touches_nothing(tmp_path, monkeypatch):
+    from pycli.jobs import slurm_watch
+
+    # Every watch after the first dies at once, as ssh does when the node refuses new logins.
+    bin_dir = _fake_slurm(tmp_path, monkeypatch, (
+        'case $1 in\n'
+        '  squeue) n=$(cat "$d/n" 2>/dev/null || echo 0); echo $((n + 1)) > "$d/n"\n'
+        '          [ "$n" -ge 2 ] && kill -9 -- -$(ps -o pgid= -p $$ | tr -d " "); echo "RUNNING|None|node1|node1" ;;\n'
+        '  scancel) touch "$d/cancelled" ;;\n'
+        'esac\n'))
+    monkeypatch.setattr(slurm_watch, "RECONNECT_S", 2)
+    watched, said = _watch(monkeypatch)
+    assert watched.lost == "lost contact with node1; Slurm job 42 is still RUNNING as last seen", said
+    assert not (bin_dir / "cancelled").exists()

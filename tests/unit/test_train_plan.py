@@ -349,9 +349,54 @@ def test_through_slurm_mpirun_names_the_hosts_as_slurms_allocation_does():
     assert not direct.slurm
     _, argv = only_line(direct)
     assert argv[argv.index("-H") + 1] == "10.9.0.1:2,10.9.0.2:2"
-    # horovodrun reaches the hosts over SSH itself, by address, in or out of an allocation.
+    # horovodrun --gloo names the hosts by address; its logins become steps of the job (below).
     _, argv = only_line(plan(slurm_cluster, scheduler=None))
     assert argv[argv.index("-H") + 1] == "10.9.0.1:2,10.9.0.2:2"
+    # horovodrun --mpi hands -H to Open MPI, which inside the allocation knows Slurm's names only.
+    _, argv = only_line(plan(slurm_cluster, scheduler=None, controller="mpi"))
+    assert argv[argv.index("-H") + 1] == "n1:2,n2:2"
+
+
+def _run_slurm_ssh(script: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """The job's own ssh, run with a stand-in srun that prints the words it was given, one a line."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "ssh").write_text(script)
+    (bin_dir / "srun").write_text('#!/bin/bash\nprintf "%s\\n" "$@"\n')
+    for tool in ("ssh", "srun"):
+        (bin_dir / tool).chmod(0o755)
+    return subprocess.run([str(bin_dir / "ssh"), *args], capture_output=True, text=True, timeout=30,
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "42"})
+
+
+def test_through_slurm_horovodruns_logins_to_the_job_s_nodes_run_as_steps_of_the_job(tmp_path):
+    from pycli.jobs.launch import slurm_ssh_script
+
+    p = plan(replace(cluster(), slurm_controller="n1"), scheduler=None)
+    assert p.logins_as_steps and p.slurm_ssh_dir == PurePosixPath("/srv/pycli/jobs/j1/slurm-ssh")
+    host, line = launch_commands(p)[0]
+    assert f"PATH=/srv/pycli/jobs/j1/slurm-ssh:{LAYOUT.venv}/bin" in line  # horovodrun finds the job's ssh first
+    script = slurm_ssh_script(p)
+    # As horovodrun 0.28 writes its login (the horovod role makes it check host keys): options
+    # before and after the host, the command one quoted word.
+    said = _run_slurm_ssh(script, tmp_path, "-o", "PasswordAuthentication=no", "-o", "StrictHostKeyChecking=yes",
+                          "10.9.0.2", "-p", "2222", "-i", "/root/.ssh/id", "-o", "ConnectTimeout=10",
+                          "cd /srv/pycli/jobs/j1 > /dev/null 2>&1 ; HOROVOD_RANK=2 python -u train.py")
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.splitlines() == [
+        "--nodes=1", "--ntasks=1", "--nodelist=n2", "--overlap", "--mpi=none", "--cpu-bind=none", "--quiet",
+        "bash", "-c", "cd /srv/pycli/jobs/j1 > /dev/null 2>&1 ; HOROVOD_RANK=2 python -u train.py"]
+    # By Slurm's name (horovodrun --mpi's host check), and the words of a command joined as ssh joins them.
+    said = _run_slurm_ssh(script, tmp_path, "-oBatchMode=yes", "root@n1", "true", "&&", "echo ok")
+    assert said.stdout.splitlines()[2] == "--nodelist=n1" and said.stdout.splitlines()[-1] == "true && echo ok"
+    # A host that is no node of the job is never reached: ssh's own failure code.
+    said = _run_slurm_ssh(script, tmp_path, "10.9.0.9", "true")
+    assert said.returncode == 255 and said.stdout == "" and "10.9.0.9 is no node of Slurm job 42" in said.stderr
+    # Over SSH, and in containers, horovodrun logs in as ever.
+    assert not plan(replace(cluster(), slurm_controller="n1"), scheduler="ssh").logins_as_steps
+    assert not plan(replace(cluster(), slurm_controller="n1"), scheduler=None, launcher="mpirun").logins_as_steps
+    items = stage_items(p, slurm_ssh=Path("slurm-ssh"))
+    assert items[-1].how == "direct" and items[-1].dest == p.slurm_ssh_dir
 
 
 def test_through_slurm_torchrun_meets_by_c10d_named_after_the_slurm_job():
