@@ -25,7 +25,7 @@ from pycli.jobs import slurm, slurm_nodes
 from pycli.jobs.processes import STOP_GRACE_S
 
 # How long a watch tries to see the job again after its connection dropped, and how often.
-RECONNECT_S = 60
+RECONNECT_S = 30
 RECONNECT_PAUSE_S = 3
 # A queued job whose fixed node list holds a node Slurm will start nothing on (drained by the
 # prolog's health check, down) is cancelled once the node has stayed so this long: the nodes are

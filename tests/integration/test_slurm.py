@@ -262,6 +262,77 @@ def test_ctrl_c_cancels_the_slurm_job_and_leaves_no_process(slurm_cluster):
         assert code == 1, left
 
 
+def test_a_queued_job_whose_node_is_drained_ends_in_one_line_and_never_runs_later(slurm_cluster):
+    # node2 is taken whole by another job, so pycli's job waits; then node2 is drained, as Slurm's
+    # health check drains a sick node. The job can never start on its fixed node list: pycli cancels it.
+    holder = subprocess.Popen(["docker", "exec", container_name(CLUSTER, "node1"), "srun", "--nodelist=node2",
+                               "--exclusive", "--ntasks=1", "sleep", "300"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    proc = None
+    try:
+        _wait_running("node2")
+        proc = _start(slurm_cluster, "synthetic", "--np", "8", *SHORT)
+        seen: list[str] = []
+        _read_until(proc, r"Slurm job \d+ PENDING", seen)
+        code, said = node_run("node1", "scontrol", "update", "nodename=node2", "state=drain", "reason=gpu row remap (test)")
+        assert code == 0, said
+        drained = time.monotonic()
+        rest, _ = proc.communicate(timeout=120)
+        took = time.monotonic() - drained
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        holder.kill()
+        node_run("node1", "scancel", "--name=sleep")
+        node_run("node1", "scontrol", "update", "nodename=node2", "state=resume")
+    out = "".join(seen) + rest
+    job_id = slurm_job_id(out)
+    assert proc.returncode == 1, out[-3000:]
+    assert took < 40, (took, out[-2000:])  # docs/slurm.md: within 25 s of the drain
+    assert re.search(rf"Slurm job {job_id} could not start: node2 \(drain\w*: gpu row remap \(test\)\)", out), out[-3000:]
+    assert sacct(job_id)["state"] == "CANCELLED"
+    wait_for_state("node2", "idle")
+    time.sleep(3)  # node2 back: the job stays ended (sbatch --no-requeue), nothing of it in the queue
+    code, queue = node_run("node1", "squeue", "-h", "-o", "%i")
+    assert code == 0 and job_id not in queue.split(), queue
+    assert sacct(job_id)["state"] == "CANCELLED"
+
+
+def test_a_watch_that_loses_its_node_leaves_the_job_alone_and_attach_follows_it_to_its_results(slurm_cluster):
+    proc = _start(slurm_cluster, "mnist", "--np", "8", *MNIST)
+    seen: list[str] = []
+    _read_until(proc, r"Slurm job \d+ RUNNING", seen)
+    job_id = slurm_job_id("".join(seen))
+    # node1 refuses new logins (sshd stopped; the sessions it has go on), and the watch's own
+    # connection drops, as a laptop lid or a VPN switch drops it.
+    code, said = node_run("node1", "systemctl", "stop", "ssh.socket", "ssh.service")
+    assert code == 0, said
+    try:
+        subprocess.run(["pkill", "-KILL", "-f", "@@slurm gone"], check=True)  # the watch's ssh on this machine
+        rest, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        node_run("node1", "systemctl", "start", "ssh.service")
+    out = "".join(seen) + rest
+    assert proc.returncode == 4, out[-3000:]
+    assert (f"lost contact with node1; Slurm job {job_id} is still RUNNING as last seen: follow it with "
+            f"'pycli jobs {slurm_cluster} --attach {job_id}'") in out, out[-3000:]
+    assert "no process of it" not in out and "results in" not in out  # nothing swept, nothing fetched
+    deadline = time.monotonic() + 600
+    while sacct(job_id)["state"] == "RUNNING" and time.monotonic() < deadline:
+        time.sleep(2)
+    assert sacct(job_id)["state"] == "COMPLETED"  # it ran on, untouched
+    attach = run_pycli("jobs", str(slurm_cluster), "--attach", job_id, timeout=300)
+    assert attach.returncode == 0, attach.stdout[-3000:] + attach.stderr[-2000:]
+    assert f"Slurm job {job_id} COMPLETED; job finished; results in " in attach.stdout, attach.stdout[-3000:]
+    assert "val_accuracy" in attach.stdout  # its output, from the first line
+    assert last_record(attach.stdout)["ranks"] == 8
+    # A job that is not pycli's, and bad input: one line each, exit 2.
+    bad = run_pycli("jobs", str(slurm_cluster), "--attach", "x1")
+    assert bad.returncode == 2 and "give a Slurm job id" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+
+
 def test_drain_keeps_jobs_off_a_node_in_slurm_too(slurm_cluster):
     drained = run_pycli("drain", "node2", "--reason", "fan noise", "-i", str(slurm_cluster))
     try:
@@ -629,6 +700,53 @@ def test_slurm_confines_each_job_to_its_own_gpus_on_a_node_with_two_stand_in_gpu
     assert code != 0 and said.strip().splitlines()[-1].endswith("Requested node configuration is not available"), said
 
 
+def _cpu_seconds(total_cpu: str) -> float:
+    """sacct's TotalCPU ([DD-][HH:]MM:SS[.mmm]) in seconds."""
+    days, _, rest = total_cpu.rpartition("-")
+    seconds = 0.0
+    for part in rest.split(":"):
+        seconds = seconds * 60 + float(part)
+    return seconds + (int(days) * 86400 if days else 0)
+
+
+# Every launcher, with ranks on both nodes and two on each (a 2-slot copy of the inventory).
+LAUNCHERS = {"horovodrun --gloo": ("--launcher", "horovod", "--controller", "gloo"),
+             "horovodrun --mpi": ("--launcher", "horovod", "--controller", "mpi"),
+             "mpirun": ("--launcher", "mpirun"), "torchrun": ("--launcher", "torchrun")}
+BURN_S = 2.0  # CPU seconds each rank burns, for sacct to account
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_every_launcher_s_ranks_run_inside_their_slurm_job_with_its_gpus_only_and_accounted(shared_gpus, launcher,
+                                                                                            tmp_path):
+    # horovodrun starts the ranks of every node but its own over ssh: through Slurm its logins
+    # become steps of the job (pycli.jobs.launch.slurm_ssh_script), so those ranks too get only the
+    # job's GPU and its cgroups, and sacct accounts their CPU time.
+    if "\nslurm_cgroup=true\n" not in shared_gpus.inventory.read_text():
+        pytest.skip("this host gives the node containers no cgroup v1 tree (cgroup v2): Slurm runs without its cgroup plugins")
+    inventory = tmp_path / "gpus" / "two-slots.ini"
+    inventory.parent.mkdir()
+    inventory.write_text(shared_gpus.inventory.read_text().replace("\nslots=4\n", "\nslots=2\n"))
+    proc = run_pycli("train", "-i", str(inventory), "tests/fixtures/gpus_probe.py", "--np", "4", "--gpus-per-node", "1",
+                     *LAUNCHERS[launcher], "--", "0", str(BURN_S), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    job_id = slurm_job_id(proc.stdout)
+    probes = sorted((json.loads(line.split("GPUS ", 1)[1]) for line in proc.stdout.splitlines() if "GPUS {" in line),
+                    key=lambda p: p["rank"])
+    assert sorted((p["rank"], p["host"]) for p in probes) == [(0, "node1"), (1, "node1"), (2, "node2"), (3, "node2")] or (
+        launcher == "torchrun" and sorted(p["host"] for p in probes) == ["node1", "node1", "node2", "node2"]), probes
+    for probe in probes:
+        # One GPU of the node's two: its own opens (ENXIO), the other is refused, numbered 0 for the rank.
+        assert sorted(probe["devices"].values()) == ["ENXIO", "EPERM"], probe
+        assert probe["visible"] == "0", probe
+        assert f"/job_{job_id}/step_" in probe["cgroup"], probe
+    code, steps = node_run("node1", "sacct", "-n", "-P", "-j", job_id, "-o", "JobID,NodeList,TotalCPU")
+    assert code == 0, steps
+    on_node2 = sum(_cpu_seconds(cpu) for step, nodes, cpu in (line.split("|") for line in steps.splitlines() if line)
+                   if "." in step and ("node2" in nodes or nodes == "node[1-2]"))
+    assert on_node2 >= 2 * BURN_S * 0.9, steps  # node2's two ranks, accounted in the job's steps there
+
+
 def _job_containers(label: str) -> dict[str, list[str]]:
     """node -> the names of the containers with `label` (key=value) on it."""
     found = {}
@@ -642,7 +760,7 @@ def _job_containers(label: str) -> dict[str, list[str]]:
 def test_docker_jobs_run_inside_their_allocation_with_their_gpus_and_end_with_it(shared_gpus, job_image):
     # Slurm's own GPUs for the job: one of each node's two, as device files in its containers.
     seen: list[str] = []
-    proc = _start(shared_gpus.inventory, "tests/fixtures/container_gpus_probe.py", "--np", "8", "--gpus-per-node", "1",
+    proc = _start(shared_gpus.inventory, "tests/fixtures/gpus_probe.py", "--np", "8", "--gpus-per-node", "1",
                   "--docker", job_image, "--", "600")
     try:
         while sum("GPUS " in line for line in seen) < 8:  # every rank's line
@@ -681,7 +799,7 @@ def test_docker_jobs_run_inside_their_allocation_with_their_gpus_and_end_with_it
     assert rows[job_id][0].startswith("CANCELLED") and rows[job_id][1] == "node[1-2]", steps
     assert rows[f"{job_id}.0"] == ["COMPLETED", "node[1-2]"], steps
     # Ctrl-C: pycli cancels the job, and when it returns no container of it is left on any node.
-    _, job_id = _ctrl_c(shared_gpus.inventory, r"GPUS ", "tests/fixtures/container_gpus_probe.py", "--np", "2",
+    _, job_id = _ctrl_c(shared_gpus.inventory, r"GPUS ", "tests/fixtures/gpus_probe.py", "--np", "2",
                         "--docker", job_image, "--", "600")
     assert not any((left := _job_containers(f"io.pycli.slurm-job={job_id}")).values()), left
 
