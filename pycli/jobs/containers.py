@@ -85,6 +85,45 @@ def parse_job_container(image: str, ssh_port: int, options: Sequence[str], hosts
     return JobContainer(image=image, ssh_port=ssh_port, run_options=tuple(run_options))
 
 
+# `docker run` options that would hand a Slurm job's containers devices Slurm did not give the job
+# (each takes a value but --privileged); and the environment and mounts that would.
+_DEVICE_OPTIONS = ("--privileged", "--device", "--gpus", "--device-cgroup-rule", "--runtime", "--cgroup-parent")
+_ENV_OPTIONS = ("-e", "--env")
+_MOUNT_OPTIONS = ("-v", "--volume", "--mount")
+# NVIDIA's runtime reads the GPUs to hand a container from these variables of the container's.
+_GPU_VARIABLES = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")
+
+
+def _option_values(options: Sequence[str]) -> list[tuple[str, str]]:
+    """(option, value) for every --docker-opt word, "--opt=value" and "--opt value" alike; a word
+    that is not an option is the previous option's value."""
+    pairs: list[tuple[str, str]] = []
+    for word in options:
+        if word.startswith("-"):
+            name, _, value = word.partition("=")
+            pairs.append((name, value))
+        elif pairs and not pairs[-1][1]:
+            pairs[-1] = (pairs[-1][0], word)
+    return pairs
+
+
+def wider_than_slurm(container: JobContainer) -> str | None:
+    """Through Slurm, each job container gets the GPUs Slurm gave the job on its node and no
+    others (start.sh); the line that refuses a --docker-opt that would give it more (any device,
+    a privileged container, another runtime, NVIDIA's variables, a mount of /dev), else None."""
+    for option, value in _option_values(container.run_options):
+        variable = value.split("=", 1)[0]
+        source = value.split(":", 1)[0] if option != "--mount" else next(
+            (part.split("=", 1)[1] for part in value.split(",") if part.startswith(("source=", "src="))), "")
+        if (option in _DEVICE_OPTIONS or (option in _ENV_OPTIONS and variable in _GPU_VARIABLES)
+                or (option in _MOUNT_OPTIONS and PurePosixPath(source or "/x").is_relative_to("/dev"))):
+            shown = f"{option} {value}".strip()
+            return (f"--docker-opt {shown!r}: through Slurm a job's containers get the GPUs and devices Slurm gave "
+                    "the job and no others, and this would widen them; ask Slurm with --gpus-per-node, or run "
+                    "the job over SSH (--scheduler ssh)")
+    return None
+
+
 def known_hosts_line(hosts: Sequence[Host], port: int, host_public_key: str) -> str:
     """One line: the job's host key under every name the launchers may use, on the job's port."""
     names: list[str] = []

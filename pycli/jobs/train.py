@@ -124,6 +124,8 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
     queue_options(request.queue, scheduler)
     if request.gpus_per_node is not None and request.gpus_per_node < 0:
         raise BadInput(f"--gpus-per-node {request.gpus_per_node}: give the GPUs the job gets on each node, 0 or more")
+    if scheduler == SLURM and request.container is not None and (wider := containers.wider_than_slurm(request.container)):
+        raise BadInput(wider)
     if scheduler == SLURM and request.container is not None and not cluster.slurm_node_gate:
         raise BadInput(f"--docker through Slurm needs pycli's node gate, whose epilog removes a job's containers as "
                        f"the job ends, and this inventory sets {NODE_GATE_VAR} off; add --scheduler ssh, or turn it on "

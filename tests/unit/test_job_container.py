@@ -222,3 +222,23 @@ def test_start_sh_gives_the_container_the_jobs_gpus_and_the_nodes_options(tmp_pa
     assert ran.returncode == 1 and ran.stderr.strip() == "GPU 1 of the job has no device file /dev/nvidia1 on this node"
     _, words = _start(tmp_path, "", 2)
     assert "--gpus" not in words and "--device" not in words
+
+
+@pytest.mark.parametrize("option", [
+    "--privileged", "--gpus all", "--gpus=device=3", "--device /dev/nvidia3", "--device=/dev/nvidia3:/dev/nvidia3",
+    "--device-cgroup-rule 'c 195:* rmw'", "--runtime nvidia", "-e NVIDIA_VISIBLE_DEVICES=all",
+    "--env=NVIDIA_VISIBLE_DEVICES=3", "-v /dev:/dev", "--volume=/dev/nvidia3:/dev/nvidia3",
+    "--mount type=bind,source=/dev,target=/host-dev", "--cgroup-parent /", "--shm-size 1g --privileged",
+])
+def test_through_slurm_no_docker_option_widens_the_containers_beyond_the_job_s_gpus(option):
+    # Slurm's own GPUs reach the containers through start.sh; over SSH the option is the user's to give.
+    with pytest.raises(BadInput, match=r"--docker-opt .*: through Slurm a job's containers get the GPUs and devices "
+                                       r"Slurm gave the job and no others"):
+        job(options=[option], slurm=True)
+    assert job(options=[option]).request.container.run_options
+
+
+@pytest.mark.parametrize("option", ["--shm-size 1g", "-e NCCL_DEBUG=INFO", "-v /data:/data:ro",
+                                    "--mount type=bind,source=/srv/data,target=/data", "--ulimit memlock=-1"])
+def test_through_slurm_other_docker_options_pass(option):
+    assert job(options=[option], slurm=True).request.container.run_options == tuple(shlex.split(option))
