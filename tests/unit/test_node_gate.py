@@ -164,7 +164,7 @@ def test_the_epilog_removes_the_jobs_containers_with_their_keys_and_drains_where
     # Job 42 has two containers; `docker rm` answers $RM_SAYS and exits $RM_CODE.
     _tool(bin_dir, "docker", f'echo "$*" >> {asked}\n'
           'case "$1" in\n'
-          f'  ps) [ "$4" = "label={node_gate.SLURM_JOB_LABEL}=42" ] && printf "c1\\nc2\\n" ;;\n'
+          f'  ps) if [ "$4" = "label={node_gate.SLURM_JOB_LABEL}=42" ]; then printf "c1\\nc2\\n"; fi ;;\n'
           f'  inspect) echo {job_dir}; echo {job_dir} ;;\n'
           '  rm) echo "${RM_SAYS:-c1 c2}"; exit "${RM_CODE:-0}" ;;\n'
           'esac\n')
@@ -183,6 +183,18 @@ def test_the_epilog_removes_the_jobs_containers_with_their_keys_and_drains_where
     [update] = _updates(log)
     assert update.startswith("update nodename=node2 state=drain reason=pycli epilog: container(s) of job 42 not removed: "
                              "Error response from daemon"), update
+
+
+def test_the_epilog_drains_where_docker_does_not_answer_as_it_may_keep_the_job_s_containers(node, tmp_path):
+    bin_dir, _, log = node
+    _tool(bin_dir, "docker", 'echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock."; exit 1\n')
+    assert node_gate.epilog("node2", "42", wait_s=0.1) == 1
+    [update] = _updates(log)
+    assert update.startswith("update nodename=node2 state=drain reason=pycli epilog: cannot list the containers of job "
+                             "42 (docker ps: Cannot connect to the Docker daemon"), update
+    # A dockerd that hangs: docker ps times out, and the node is drained the same way.
+    answers = iter([(124, "timed out after 30 s")])
+    assert node_gate.epilog("node2", "43", run=lambda command, timeout_s: next(answers, (0, "")), wait_s=0.1) == 1
 
 
 def test_the_epilog_needs_the_job_id(monkeypatch, capsys):

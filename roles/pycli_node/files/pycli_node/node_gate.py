@@ -211,13 +211,13 @@ def _alive(pid: int) -> bool:
 
 def remove_job_containers(job_id: str, run: Run) -> list[str]:
     """Remove the job's containers (SLURM_JOB_LABEL) and the private keys in their job folders;
-    what could not be removed, for the drain reason. A node without Docker has none."""
+    what could not be removed, for the drain reason: a dockerd that does not answer `docker ps`
+    too, as it may keep them. A node without Docker has none."""
     code, out = run(f"docker ps -aq --filter label={SLURM_JOB_LABEL}={job_id}", 30)
     if code == 127:  # no docker command
         return []
-    if code != 0:
-        print(f"{EPILOG_PREFIX}cannot list the containers of job {job_id}: {out.strip()[-200:]}", file=sys.stderr)
-        return []
+    if code != 0:  # a hung or stopped dockerd may keep the job's containers, and their GPUs, into the next job
+        return [f"cannot list the containers of job {job_id} (docker ps: {out.strip()[-120:] or f'exit {code}'})"]
     ids = out.split()
     if not ids:
         return []
