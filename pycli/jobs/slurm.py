@@ -369,11 +369,23 @@ def attach_command(job_id: str) -> str:
 
 
 def parse_attach(stdout: str, job_id: str) -> dict[str, str] | None:
-    """The ATTACH_FIELDS of `job_id` in an attach_command answer; None where sacct does not have it."""
+    """The ATTACH_FIELDS of `job_id` in an attach_command answer; None where sacct does not have
+    it, or not its folder yet (slurmdbd hears of a started job a moment after slurmctld)."""
     for line in stdout.splitlines():
         parts = line.strip().split("|", len(ATTACH_FIELDS) - 1)
-        if len(parts) == len(ATTACH_FIELDS) and parts[0] == job_id:
+        if len(parts) == len(ATTACH_FIELDS) and parts[0] == job_id and parts[3]:
             return dict(zip(ATTACH_FIELDS, parts, strict=True))
+    return None
+
+
+def parse_attach_scontrol(stdout: str, job_id: str) -> dict[str, str] | None:
+    """The ATTACH_FIELDS of `job_id` from slurmctld's own record (scontrol_job_command), which a
+    queued or running job has before sacct has its folder; None where it is not there."""
+    for line in stdout.splitlines():
+        values = dict(re.findall(r"(\w+)=(\S*)", line))
+        if values.get("JobId") == job_id and values.get("WorkDir"):
+            return {"JobID": job_id, "State": values.get("JobState", ""), "NodeList": values.get("NodeList", ""),
+                    "WorkDir": values["WorkDir"]}
     return None
 
 

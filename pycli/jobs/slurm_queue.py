@@ -247,6 +247,14 @@ def set_resumed(cluster: Cluster, nodes: list[str], say: Callable[[str], None]) 
             f"'{slurm_nodes.resume_command(drained)}' on {controller.name}")
 
 
+def _where(launcher: Host, job_id: str) -> dict[str, str] | None:
+    """A job's state, nodes and folder: slurmctld's record while it has the job, else sacct's."""
+    own = ssh_each([(launcher, slurm.scontrol_job_command(job_id))], shared=True)[launcher.name]
+    if own.ok and (record := slurm.parse_attach_scontrol(own.stdout, job_id)) is not None:
+        return record
+    return slurm.parse_attach(_ask(launcher, slurm.attach_command(job_id), "asking sacct for the job"), job_id)
+
+
 def attach(cluster: Cluster, job_id: str, results: Path, write: Callable[[str], None] = print) -> JobExit:
     """`pycli jobs --attach`: follow a job pycli submitted again, from any controller with the
     inventory: its output from its first line, its end, its results fetched into `results`.
@@ -254,7 +262,7 @@ def attach(cluster: Cluster, job_id: str, results: Path, write: Callable[[str], 
     if not job_id.isdigit():
         raise BadInput(f"--attach {job_id!r}: give a Slurm job id, a number (pycli train printed it)")
     launcher = cluster.launcher_host
-    record = slurm.parse_attach(_ask(launcher, slurm.attach_command(job_id), "asking sacct for the job"), job_id)
+    record = _where(launcher, job_id)
     if record is None:
         raise BadInput(f"Slurm has no job {job_id} ('pycli jobs {cluster.inventory_path}' lists the jobs it has)")
     job_dir = PurePosixPath(record["WorkDir"])
@@ -267,7 +275,8 @@ def attach(cluster: Cluster, job_id: str, results: Path, write: Callable[[str], 
     interrupted = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
     try:
-        watched = SlurmWatch(launcher, hosts, job_dir, job_id, write, interrupted, cancel_on_interrupt=False).run()
+        watched = SlurmWatch(launcher, hosts, job_dir, job_id, write, interrupted, cancel_on_interrupt=False,
+                             submitted=False).run()
     finally:
         signal.signal(signal.SIGINT, previous)
     if watched.lost:
@@ -275,7 +284,7 @@ def attach(cluster: Cluster, job_id: str, results: Path, write: Callable[[str], 
     if watched.interrupted:
         return JobExit(EXIT_INTERRUPTED, f"stopped following Slurm job {job_id}", detached=True)
     ended = ending(accounted(launcher, job_id), job_id, False, None)
-    final = slurm.parse_attach(_ask(launcher, slurm.attach_command(job_id), "asking sacct for the job"), job_id)
+    final = _where(launcher, job_id)
     nodes = [hosts[name] for name in slurm_nodes.expand_hostlist((final or record)["NodeList"]) if name in hosts]
     if nodes:
         job_files.fetch_results(job_files.holding_metrics(nodes, job_dir), job_dir, results)

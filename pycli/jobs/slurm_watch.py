@@ -48,14 +48,15 @@ class Watched:
 class SlurmWatch:
     """One watch of job `job_id` from the `launcher` node; `hosts` are the nodes its output may
     come from (the batch host), `nodes` those it needs to start (checked while it is PENDING).
-    `cancel_on_interrupt`: Ctrl-C cancels the job (pycli train), else it only stops the watch."""
+    `cancel_on_interrupt`: Ctrl-C cancels the job (pycli train), else it only stops the watch.
+    `submitted`: the watch starts as the job is submitted, and says how long it waited to run."""
 
     def __init__(self, launcher: Host, hosts: Mapping[str, Host], job_dir: PurePosixPath, job_id: str,
                  write: Callable[[str], None], interrupted: threading.Event, *, nodes: Sequence[str] = (),
-                 cancel_on_interrupt: bool = True) -> None:
+                 cancel_on_interrupt: bool = True, submitted: bool = True) -> None:
         self.launcher, self.hosts, self.job_dir, self.job_id = launcher, hosts, job_dir, job_id
         self.write, self.interrupted, self.nodes = write, interrupted, tuple(nodes)
-        self.cancel_on_interrupt = cancel_on_interrupt
+        self.cancel_on_interrupt, self.submitted = cancel_on_interrupt, submitted
         self.started = time.monotonic()
         self.last: slurm.QueueState | None = None
         self.answers = 0  # lines of Slurm's the watch has had: a new connection is up once one comes
@@ -115,7 +116,7 @@ class SlurmWatch:
             note = f"; {slurm.LIMIT_NOTE}" if slurm.held_by_limit(state.reason) else ""
             why = f" ({slurm.printable(state.reason)}{note})" if state.reason not in ("None", "") else ""
             where = f" on {state.nodes}" if state.state == "RUNNING" and state.nodes else ""
-            waited = f" after {time.monotonic() - self.started:.1f} s" if state.state == "RUNNING" else ""
+            waited = f" after {time.monotonic() - self.started:.1f} s" if state.state == "RUNNING" and self.submitted else ""
             self.write(f"pycli: Slurm job {self.job_id} {state.state}{why}{where}{waited}")
         self.last = state
         if state.state == "PENDING" and not self.held and (slurm.never_starts(state.reason)

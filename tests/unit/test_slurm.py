@@ -393,6 +393,12 @@ def test_attach_reads_the_job_s_folder_and_nodes_from_sacct():
     assert slurm.parse_attach(said, "42") == {"JobID": "42", "State": "RUNNING", "NodeList": "node[1-2]",
                                               "WorkDir": "/srv/pycli/jobs/20261206-x"}
     assert slurm.parse_attach(said, "43") is None
+    assert slurm.parse_attach("44|RUNNING|node1|\n", "44") is None  # slurmdbd has not heard of its folder yet
+    own = ("JobId=44 JobName=pycli-mnist UserId=root(0) JobState=RUNNING Reason=None NodeList=node[1-2] "
+           "BatchHost=node1 WorkDir=/srv/pycli/jobs/20261206-y StdOut=/srv/pycli/jobs/20261206-y/slurm-44.out")
+    assert slurm.parse_attach_scontrol(own, "44") == {"JobID": "44", "State": "RUNNING", "NodeList": "node[1-2]",
+                                                      "WorkDir": "/srv/pycli/jobs/20261206-y"}
+    assert slurm.parse_attach_scontrol(own, "4") is None
 
 
 def test_the_output_goes_on_from_the_line_a_dropped_connection_left_it_at(tmp_path, monkeypatch):
