@@ -33,18 +33,28 @@ def drain_cmd(
 def undrain_cmd(
     nodes: list[str] = typer.Argument(None, help="Drained nodes to take back.", show_default=False),
     inventory: Path | None = INVENTORY_ONLY_OPTION,
+    force: bool = typer.Option(
+        False, "--force", help="On a cluster with Slurm, resume a node Slurm has drained for a reason not pycli's "
+                               "(an administrator's) too.",
+    ),
 ) -> None:
-    """Take drained NODEs back: jobs use them again."""
+    """Take drained NODEs back: jobs use them again.
+
+    On a cluster with Slurm, Slurm's state too: RESUME where Slurm drained the node for pycli's
+    reason (pycli's list, its health check, prolog or epilog); another reason is shown, and kept
+    without --force (exit 1)."""
     from pycli.cli.options import load_inventory
     from pycli.cluster.drained import undrain
-    from pycli.core.errors import notice
+    from pycli.core.errors import EXIT_FAILED, notice
     from pycli.jobs.slurm_queue import set_resumed
 
     cluster = load_inventory(None, inventory)
+    ours = {entry.node: entry.reason for entry in cluster.drained}
     back, were_not = undrain(cluster, nodes or [])
     if back:
         print(f"undrained {', '.join(back)}; jobs use {'it' if len(back) == 1 else 'them'} again")
     if were_not:
         notice(f"{', '.join(were_not)} {'was' if len(were_not) == 1 else 'were'} not drained")
-    # Slurm's state too, also for a node only Slurm had drained (its health check, an admin).
-    set_resumed(cluster, list(nodes or []), print)
+    # Slurm's state too, also for a node only Slurm had drained (its health check).
+    if set_resumed(cluster, list(nodes or []), print, ours, force):
+        raise typer.Exit(EXIT_FAILED)

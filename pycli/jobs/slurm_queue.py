@@ -13,7 +13,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import IO
@@ -207,11 +207,23 @@ def _controller(cluster: Cluster) -> Host:
 
 
 def set_drained(cluster: Cluster, reasons: dict[str, str], say: Callable[[str], None],
-                said: str = "running jobs finish; no new job starts there") -> None:
+                said: str = "running jobs finish; no new job starts there", keep_slurms: bool = False) -> None:
     """Slurm's DRAIN, with each node's reason, set on the controller; a failure is said, not raised
-    (pycli's own list is changed already and every pycli command honours it)."""
+    (pycli's own list is changed already and every pycli command honours it). `keep_slurms`: a
+    node Slurm has drained already keeps Slurm's reason (an administrator's, the health check's)."""
     if not cluster.has_slurm or not reasons:
         return
+    if keep_slurms:
+        try:
+            states = node_states(cluster)
+        except PycliError:
+            states = {}
+        kept = {node: states[node].reason for node in reasons if node in states and "drain" in states[node].state}
+        for node, reason in kept.items():
+            say(f"Slurm: {node} is drained already; its reason kept: {slurm.printable(reason)}")
+        reasons = {node: reason for node, reason in reasons.items() if node not in kept}
+        if not reasons:
+            return
     controller = _controller(cluster)
     by_reason: dict[str, list[str]] = {}
     for node, reason in reasons.items():
@@ -224,27 +236,42 @@ def set_drained(cluster: Cluster, reasons: dict[str, str], say: Callable[[str], 
         say(f"pycli: Slurm did not drain {', '.join(reasons)} ({answer.why()}); run '{command}' on {controller.name}")
 
 
-def set_resumed(cluster: Cluster, nodes: list[str], say: Callable[[str], None]) -> None:
-    """Slurm's RESUME for those of `nodes` Slurm has drained, set on the controller; a failure is
-    said, not raised."""
+# The reasons pycli's node gate gives Slurm (pycli_node.node_gate: health check, prolog, epilog).
+NODE_GATE_REASONS = ("pycli health: ", "pycli prolog: ", "pycli epilog: ")
+
+
+def set_resumed(cluster: Cluster, nodes: list[str], say: Callable[[str], None], ours: Mapping[str, str] | None = None,
+                force: bool = False) -> list[str]:
+    """Slurm's RESUME for those of `nodes` Slurm has drained for one of pycli's reasons (`ours`:
+    pycli's drained list's, by node; or its node gate's), set on the controller, each with the
+    reason it had; with `force`, whatever the reason. Returns the nodes left drained because
+    their reason is someone else's (an administrator's "do not resume"); a failure is said, not raised."""
     if not cluster.has_slurm or not nodes:
-        return
+        return []
     try:
         states = node_states(cluster)
     except PycliError as exc:
         say(f"pycli: cannot tell Slurm's state of {', '.join(nodes)} ({exc}); "
             f"run '{slurm_nodes.resume_command(nodes)}' on {cluster.slurm_controller}")
-        return
-    drained = [node for node in nodes if node in states and "drain" in states[node].state]
-    if not drained:
-        return
+        return []
+    drained = {node: states[node].reason for node in nodes if node in states and "drain" in states[node].state}
+    theirs = [node for node, reason in drained.items()
+              if not force and reason != (ours or {}).get(node) and not reason.startswith(NODE_GATE_REASONS)]
+    for node in theirs:
+        say(f"pycli: {node} stays drained in Slurm: its reason is not pycli's ({slurm.printable(drained[node])}); "
+            f"'pycli undrain {node} --force' resumes it")
+    resumed = [node for node in drained if node not in theirs]
+    if not resumed:
+        return theirs
     controller = _controller(cluster)
-    answer = ssh_each([(controller, slurm_nodes.resume_command(drained))], shared=True)[controller.name]
+    answer = ssh_each([(controller, slurm_nodes.resume_command(resumed))], shared=True)[controller.name]
     if answer.ok:
-        say(f"Slurm: {', '.join(drained)} RESUME (jobs start there again)")
+        was = "; ".join(f"{node}: {slurm.printable(drained[node])}" for node in resumed)
+        say(f"Slurm: {', '.join(resumed)} RESUME (jobs start there again; drained for {was})")
     else:
-        say(f"pycli: Slurm did not resume {', '.join(drained)} ({answer.why()}); run "
-            f"'{slurm_nodes.resume_command(drained)}' on {controller.name}")
+        say(f"pycli: Slurm did not resume {', '.join(resumed)} ({answer.why()}); run "
+            f"'{slurm_nodes.resume_command(resumed)}' on {controller.name}")
+    return theirs
 
 
 def _where(launcher: Host, job_id: str) -> dict[str, str] | None:

@@ -108,7 +108,8 @@ def unfinished_line(view: ProvisionView, cluster: Cluster) -> str:
 
 def drain_again(cluster: Cluster, request: ProvisionRequest, view: ProvisionView, say: Callable[[str], None]) -> None:
     """pycli's drained list, set in Slurm again once a run has been through the slurm role on the
-    controller: whatever Slurm lost of it (a node it forgot, a state file gone), the list stands."""
+    controller: whatever Slurm lost of it (a node it forgot, a state file gone), the list stands;
+    a node Slurm has drained already keeps Slurm's reason."""
     from pycli.jobs.slurm_queue import set_drained
 
     ran_slurm = ((request.tags is None or "slurm" in request.tags.split(","))
@@ -118,7 +119,7 @@ def drain_again(cluster: Cluster, request: ProvisionRequest, view: ProvisionView
             or view.state(controller) != OK):
         return
     set_drained(cluster, {entry.node: entry.reason for entry in cluster.drained}, say,
-                said="pycli's drained list, set again after provisioning")
+                said="pycli's drained list, set again after provisioning", keep_slurms=True)
 
 
 def provision(cluster: Cluster, request: ProvisionRequest, console: Console | None = None) -> int:

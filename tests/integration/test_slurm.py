@@ -352,7 +352,17 @@ def test_drain_keeps_jobs_off_a_node_in_slurm_too(slurm_cluster):
     finally:
         back = run_pycli("undrain", "node2", "-i", str(slurm_cluster))
     assert back.returncode == 0, back.stdout + back.stderr
-    assert "Slurm: node2 RESUME" in back.stdout
+    assert "Slurm: node2 RESUME (jobs start there again; drained for node2: fan noise)" in back.stdout, back.stdout
+    wait_for_state("node2", "idle")
+    # An administrator's drain is not pycli's to lift: shown, kept, exit 1; --force lifts it.
+    code, said = node_run("node1", "scontrol", "update", "nodename=node2", "state=drain", "reason=RMA GPU3, do not resume")
+    assert code == 0, said
+    kept = run_pycli("undrain", "node2", "-i", str(slurm_cluster))
+    assert kept.returncode == 1 and ("node2 stays drained in Slurm: its reason is not pycli's (RMA GPU3, do not resume); "
+                                     "'pycli undrain node2 --force' resumes it") in kept.stdout, kept.stdout + kept.stderr
+    assert "drain" in sinfo()["node2"][0]
+    forced = run_pycli("undrain", "node2", "--force", "-i", str(slurm_cluster))
+    assert forced.returncode == 0 and "drained for node2: RMA GPU3, do not resume" in forced.stdout, forced.stdout
     wait_for_state("node2", "idle")
 
 

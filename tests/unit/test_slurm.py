@@ -501,3 +501,53 @@ def test_a_watch_that_cannot_connect_again_ends_as_lost_and_touches_nothing(tmp_
     watched, said = _watch(monkeypatch)
     assert watched.lost == "lost contact with node1; Slurm job 42 is still RUNNING as last seen", said
     assert not (bin_dir / "cancelled").exists()
+
+
+def _answering(monkeypatch, sinfo: str) -> list[str]:
+    """ssh_each of pycli.jobs.slurm_queue answering sinfo with `sinfo` and every other command with
+    success; the commands it was given, in order."""
+    from pycli.cluster.nodes import NodeOutput
+    from pycli.jobs import slurm_queue as slurm_jobs
+
+    asked: list[str] = []
+
+    def ssh_each(commands, timeout_s=0, shared=False):
+        asked.extend(command for _, command in commands)
+        return {host.name: NodeOutput(host.name, 0, sinfo if command.startswith("sinfo") else "")
+                for host, command in commands}
+
+    monkeypatch.setattr(slurm_jobs, "ssh_each", ssh_each)
+    return asked
+
+
+SINFO = "node1|drained|gpu:2|RMA GPU3, do not resume\nnode2|drained|gpu:2|fan noise\nnode3|drained|gpu:2|pycli health: x\n"
+
+
+def test_undrain_resumes_pycli_s_drains_and_keeps_an_administrator_s_unless_forced(monkeypatch):
+    from pycli.cluster.model import Cluster, Host
+    from pycli.jobs import slurm_queue as slurm_jobs
+
+    hosts = tuple(Host(f"node{i}", f"10.0.0.{i}") for i in (1, 2, 3))
+    cluster = Cluster(hosts=hosts, launcher="node1", slurm_controller="node1")
+    asked = _answering(monkeypatch, SINFO)
+    said: list[str] = []
+    kept = slurm_jobs.set_resumed(cluster, ["node1", "node2", "node3"], said.append, {"node2": "fan noise"})
+    assert kept == ["node1"] and asked[-1] == "scontrol update nodename=node2,node3 state=resume"
+    assert said[0] == ("pycli: node1 stays drained in Slurm: its reason is not pycli's (RMA GPU3, do not resume); "
+                       "'pycli undrain node1 --force' resumes it")
+    assert said[1] == "Slurm: node2, node3 RESUME (jobs start there again; drained for node2: fan noise; node3: pycli health: x)"
+    assert slurm_jobs.set_resumed(cluster, ["node1"], said.append, {}, force=True) == []
+    assert asked[-1] == "scontrol update nodename=node1 state=resume"
+
+
+def test_drained_again_after_provisioning_a_node_keeps_the_reason_slurm_has(monkeypatch):
+    from pycli.cluster.model import Cluster, Host
+    from pycli.jobs import slurm_queue as slurm_jobs
+
+    hosts = tuple(Host(f"node{i}", f"10.0.0.{i}") for i in (1, 2, 3, 4))
+    cluster = Cluster(hosts=hosts, launcher="node1", slurm_controller="node1")
+    asked = _answering(monkeypatch, SINFO + "node4|idle|gpu:2|none\n")
+    said: list[str] = []
+    slurm_jobs.set_drained(cluster, {"node1": "PSU swap", "node4": "PSU swap"}, said.append, keep_slurms=True)
+    assert said[0] == "Slurm: node1 is drained already; its reason kept: RMA GPU3, do not resume"
+    assert asked[-1].startswith("scontrol update nodename=node4 state=drain") and "node1" not in asked[-1]
