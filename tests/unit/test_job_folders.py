@@ -85,6 +85,39 @@ def test_a_job_folder_a_running_process_names_is_kept(jobs):
         running.wait()
 
 
+def _squeue(tmp_path, monkeypatch, script: str) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "squeue").write_text("#!/bin/bash\n" + script)
+    (bin_dir / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+def test_the_folder_and_store_entries_of_a_job_slurm_still_queues_are_kept(jobs, tmp_path, monkeypatch):
+    # A queued job has no process yet: Slurm's word (its work folder in squeue) keeps its folder,
+    # and the store entries its folder says it reads.
+    oldest = job_ids(25)[0]
+    store = jobs.parent / "files"
+    names = [f"{i:032x}" for i in range(4)]
+    for age, name in enumerate(names):
+        (store / name).mkdir(parents=True)
+        os.utime(store / name, (1_000_000 + age, 1_000_000 + age))
+    (jobs / oldest / ".store-items").write_text(f"{names[0]}\n")
+    _squeue(tmp_path, monkeypatch, f'echo {jobs / oldest}\necho /home/ana/other-job\n')
+    done = stage_script("check", jobs / "20261124-200000-7", 2, f"{names[3]}:data:")
+    assert done.returncode == 0, done.stderr
+    assert (jobs / oldest).is_dir() and len([p for p in jobs.iterdir() if p.name != "notes"]) == 3
+    assert sorted(p.name for p in store.iterdir()) == sorted([names[0], names[2], names[3]])
+    assert (jobs / "20261124-200000-7" / ".store-items").read_text().split() == [names[3]]
+
+
+def test_nothing_is_pruned_while_slurm_cannot_say_which_jobs_it_has(jobs, tmp_path, monkeypatch):
+    _squeue(tmp_path, monkeypatch, 'echo "slurm_load_jobs error: Unable to contact slurm controller" >&2; exit 1\n')
+    done = stage_script("check", jobs / "20261124-200000-7", 5)
+    assert done.returncode == 0 and lines(done, "removed") == [], done.stderr
+    assert len([p for p in jobs.iterdir() if p.name != "notes"]) == 27
+
+
 @pytest.mark.parametrize("kept", ["many", "-1", "2.5", ""])
 def test_a_count_that_is_no_whole_number_changes_nothing_and_names_the_variable(jobs, kept):
     from pycli.core.errors import BadInput

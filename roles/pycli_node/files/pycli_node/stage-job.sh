@@ -35,13 +35,24 @@ jobs=$(dirname -- "$job")
 job_id=$(basename -- "$job")
 mkdir -p -- "$job" "$store" || exit 1
 
+# The folders of the jobs Slurm still has, queued or running (squeue's work folders): a queued
+# job has no process yet to name its folder or the store entries it reads (.store-items in its folder).
+# Where the node has Slurm's squeue and it cannot answer, nothing is pruned this time.
+queued=
+if [ "$mode" = check ] && [ "$keep" -gt 0 ] && command -v squeue >/dev/null 2>&1; then
+    queued=$(squeue -h -o %Z 2>/dev/null) || keep=0
+fi
+held_items=" $(while read -r dir; do [ -n "$dir" ] && cat -- "$dir/.store-items" 2>/dev/null; done <<<"$queued" | tr '\n' ' ')"
+
 # Job folders are named as pycli names jobs (time-pid); the oldest go beyond the newest KEEP,
-# unless a process still names one (a job still running, started by another controller).
+# unless a process still names one (a job still running, started by another controller) or Slurm
+# still has its job.
 if [ "$mode" = check ] && [ "$keep" -gt 0 ]; then
     (cd -- "$jobs" && ls -1) | grep -E '^[0-9]{8}-[0-9]{6}-[0-9]+$' | grep -vxF -- "$job_id" \
         | sort -t- -k1,1 -k2,2 -k3,3n | head -n -"$((keep - 1))" \
         | while read -r old; do
             pgrep -f -- "$jobs/$old([/ ]|\$)" >/dev/null && continue
+            grep -qxF -- "$jobs/$old" <<<"$queued" && continue
             if err=$(rm -rf -- "${jobs:?}/$old" 2>&1); then
                 echo "removed $old"
             else
@@ -89,12 +100,17 @@ for item in "$@"; do
     touch -- "$src"
 done
 
-# The store: entries beyond the newest KEEP used go, unless this job uses one or a process names
-# one (a job reading its data).
+# What this job reads from the store, kept in its folder (.store-items) for the prune below.
+if [ "$mode" = check ]; then
+    printf '%s\n' $used > "$job/.store-items" || status=1
+fi
+
+# The store: entries beyond the newest KEEP used go, unless this job uses one, a process names
+# one (a job reading its data) or a job Slurm still has uses one.
 if [ "$mode" = check ] && [ "$keep" -gt 0 ]; then
     (cd -- "$store" && ls -1t) | grep -E '^[0-9a-f]{16,64}$' | tail -n +"$((keep + 1))" \
         | while read -r old; do
-            [[ $used == *" $old "* ]] && continue
+            [[ $used == *" $old "* || $held_items == *" $old "* ]] && continue
             pgrep -f -- "$store/$old([/ ]|\$)" >/dev/null || rm -rf -- "${store:?}/$old"
         done
 fi
