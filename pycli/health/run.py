@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pycli.cluster.model import Cluster, Drained
-from pycli.core.errors import EXIT_OK, notice
+from pycli.core.errors import EXIT_FAILED, EXIT_OK, notice
 from pycli.core.json_documents import CHECK, versioned
 from pycli.core.paths import new_run_dir
 from pycli.health.gates import FAIL, GATES, NOT_RUN, PASS, REACHABLE, SKIP, CheckContext, Gate, GateResult
@@ -133,6 +133,8 @@ def _check(cluster: Cluster, options: CheckOptions, run_dir: Path, *, as_json: b
         summary["slurm"] = slurm_lines
     if hold is not None:
         summary["slurm_hold"] = hold.as_json()
+        if hold.slurm_error:  # the gates ran, unheld: the cluster still fails its check
+            summary.update(passed=False, exit_code=summary["exit_code"] or EXIT_FAILED)
     if options.deep:
         summary["deep"] = {**ctx.deep, "suspects": ctx.suspects}
         (run_dir / "deep.json").write_text(json.dumps(summary["deep"], indent=2) + "\n")
@@ -148,6 +150,8 @@ def _check(cluster: Cluster, options: CheckOptions, run_dir: Path, *, as_json: b
     elif summary["passed"]:
         write(f"pycli: all {sum(r.status == PASS for r in results)} gates passed"
               f"{'' if all(r.status == PASS for r in results) else ' (the others do not apply here)'}")
+    elif summary["failed_gate"] is None:
+        write(f"pycli: check failed: Slurm cannot be asked ({hold.slurm_error if hold else ''}); details in {run_dir}")
     else:
         write(f"pycli: check failed at gate '{summary['failed_gate']}'; details in {run_dir}")
-    return exit_code(results)  # the summary's exit_code
+    return int(summary["exit_code"])

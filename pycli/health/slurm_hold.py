@@ -10,8 +10,12 @@ node and the jobs running on each:
 - the idle ones are held with one exclusive allocation (salloc --no-shell, pycli.jobs.slurm's
   hold_command), released with scancel when the check ends, also on Ctrl-C or a failure; a
   check that dies without releasing them lets them go at the allocation's time limit;
-- a node Slurm starts no job on and that runs none (drained, down) is checked without being
-  held: nothing can start there meanwhile, and a repaired node shows before it is resumed.
+- a node Slurm starts no job on and that runs none (drained, down), or that Slurm does not know
+  (not in its slurm.conf yet), is checked without being held: nothing can start there
+  meanwhile, and a repaired node shows before it is resumed;
+- where Slurm cannot be asked (slurmctld down, or no node answers for it), every node is checked
+  unheld, the check says why, and it fails: the health tool reports most when the cluster is
+  least healthy. Slurm is asked on the launcher node, else on the controller or another node.
 
 Command lines and parsers: pycli.jobs.slurm (salloc, squeue, scancel) and pycli.jobs.slurm_nodes (sinfo).
 """
@@ -23,10 +27,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from pycli.cluster.model import Cluster, Host
-from pycli.cluster.nodes import ssh_each
+from pycli.cluster.nodes import connection_lost, ssh_each
 from pycli.core.errors import PycliError
 from pycli.jobs import slurm, slurm_nodes
-from pycli.jobs.slurm_queue import node_states
 
 
 @dataclass(frozen=True)
@@ -38,24 +41,29 @@ class Hold:
     held: tuple[str, ...] = ()
     unheld: tuple[str, ...] = ()  # no job starts there: drained or down in Slurm
     busy: dict[str, list[str]] = field(default_factory=dict)  # node -> the ids of the jobs on it
+    unknown: tuple[str, ...] = ()  # checked unheld: Slurm does not know them
+    slurm_error: str = ""  # why Slurm could not be asked: every node checked unheld, and the check fails
 
     def as_json(self) -> dict[str, object]:
-        return {"job_id": self.job_id, "held": list(self.held), "unheld": list(self.unheld), "busy": self.busy}
+        return {"job_id": self.job_id, "held": list(self.held), "unheld": list(self.unheld), "busy": self.busy,
+                "unknown": list(self.unknown), "slurm_error": self.slurm_error}
 
 
 def plan_hold(cluster: Cluster, states: dict[str, slurm_nodes.NodeState], jobs: list[slurm.QueuedJob]) -> Hold:
     """Which nodes the check holds, checks unheld, and leaves to their jobs (pure)."""
     on = slurm.running_jobs_by_node(jobs)
-    busy, held, unheld = {}, [], []
+    busy, held, unheld, unknown = {}, [], [], []
     for host in cluster.hosts:
         state = states.get(host.name)
-        if state is not None and (state.busy or host.name in on):
+        if host.name in on or (state is not None and state.busy):
             busy[host.name] = on.get(host.name, [])
-        elif state is not None and not state.available:
+        elif state is None:
+            unknown.append(host.name)
+        elif not state.available:
             unheld.append(host.name)
         else:
             held.append(host.name)
-    if not held and not unheld:
+    if not held and not unheld and not unknown:
         raise PycliError("every node runs a Slurm job: nothing to check without measuring beside it ("
                          + "; ".join(_busy_words(busy)) + "); check again once they end, or drain the nodes first")
     checked = cluster
@@ -63,30 +71,58 @@ def plan_hold(cluster: Cluster, states: dict[str, slurm_nodes.NodeState], jobs: 
         hosts = tuple(h for h in cluster.hosts if h.name not in busy)
         launcher = cluster.launcher if cluster.launcher not in busy else hosts[0].name
         checked = replace(cluster, hosts=hosts, launcher=launcher)
-    return Hold(checked, held=tuple(held), unheld=tuple(unheld), busy=busy)
+    return Hold(checked, held=tuple(held), unheld=tuple(unheld + unknown), busy=busy, unknown=tuple(unknown))
 
 
 def _busy_words(busy: dict[str, list[str]]) -> list[str]:
     return [f"{node}: job {', '.join(ids)}" if ids else f"{node}: a job ending" for node, ids in busy.items()]
 
 
+# Between the two answers of one SSH command.
+_SPLIT = "@@pycli-sinfo"
+
+
+def ask_slurm(cluster: Cluster, command: str) -> tuple[Host, str]:
+    """`command` (Slurm's client tools) on the launcher node, else, where SSH cannot reach it, on the
+    controller or the next node that answers: the node that answered and what it printed. A
+    failure of Slurm's own (slurmctld down) would be the same on every node: raised at once."""
+    first = [cluster.launcher, cluster.slurm_controller]
+    order = sorted(cluster.hosts, key=lambda host: first.index(host.name) if host.name in first else len(first))
+    lost: list[str] = []
+    for host in order:
+        answer = ssh_each([(host, command)], shared=True)[host.name]
+        if answer.ok:
+            return host, answer.stdout
+        if not connection_lost(host, answer.rc):
+            raise PycliError(f"{'; '.join([*lost, ''])}on {host.name}: {answer.why()}")
+        lost.append(f"{host.name} does not answer")
+    raise PycliError("; ".join(lost) or "no node to ask")
+
+
 @contextmanager
 def held_for_check(cluster: Cluster, name: str, say: Callable[[str], None]) -> Iterator[Hold]:
     """The check's nodes while it runs: the busy ones left out and said, the idle ones held by an
     exclusive allocation named `name` (unique to the run) until the block ends."""
-    host = cluster.launcher_host
-    answer = ssh_each([(host, slurm.squeue_command())], shared=True)[host.name]
-    if not answer.ok:
-        raise PycliError(f"asking Slurm for its jobs on {host.name} failed: {answer.why()}")
-    hold = plan_hold(cluster, node_states(cluster), slurm.parse_squeue(answer.stdout))
+    try:
+        host, said = ask_slurm(cluster, f"{slurm.squeue_command()} && echo {_SPLIT} && {slurm_nodes.SINFO_NODES_COMMAND}")
+    except PycliError as error:
+        say(f"pycli: Slurm cannot be asked ({error}): every node checked without holding it, a job may run beside "
+            "the check, and the check fails")
+        yield Hold(cluster, unheld=tuple(h.name for h in cluster.hosts), slurm_error=str(error))
+        return
+    queue, _, nodes = said.partition(_SPLIT)
+    hold = plan_hold(cluster, slurm_nodes.parse_sinfo_nodes(nodes), slurm.parse_squeue(queue))
+    if hold.unknown:
+        say(f"pycli: Slurm: {', '.join(hold.unknown)} checked without holding (not in Slurm's slurm.conf: "
+            "'pycli provision --tags slurm' adds it)")
     if hold.busy:
         say("pycli: Slurm: not checked, a job runs there: " + "; ".join(_busy_words(hold.busy)))
-    if hold.unheld:
-        say(f"pycli: Slurm: {', '.join(hold.unheld)} checked without holding (Slurm starts no job there)")
+    if stopped := [node for node in hold.unheld if node not in hold.unknown]:
+        say(f"pycli: Slurm: {', '.join(stopped)} checked without holding (Slurm starts no job there)")
     if not hold.held:
         yield hold
         return
-    command = slurm.hold_command(hold.held, name)
+    command = slurm.hold_command(hold.held, name)  # asked where Slurm answered
     try:
         answer = ssh_each([(host, command)], slurm.HOLD_GRANT_S + 60, shared=True)[host.name]
     except BaseException:  # Ctrl-C while salloc waits: the allocation may be granted, its id unread

@@ -32,7 +32,8 @@ def test_idle_nodes_are_held_busy_ones_left_alone_and_drained_ones_checked_unhel
     assert hold.busy == {"node1": ["12"], "node4": ["13"]}
     # The gates see node2 and node3 only; the allreduce job starts from the first of them.
     assert [h.name for h in hold.cluster.hosts] == ["node2", "node3"] and hold.cluster.launcher == "node2"
-    assert hold.as_json() == {"job_id": "", "held": ["node2"], "unheld": ["node3"], "busy": {"node1": ["12"], "node4": ["13"]}}
+    assert hold.as_json() == {"job_id": "", "held": ["node2"], "unheld": ["node3"], "busy": {"node1": ["12"], "node4": ["13"]},
+                              "unknown": [], "slurm_error": ""}
 
 
 def test_a_node_squeue_names_is_busy_whatever_sinfo_said_a_moment_before():
@@ -67,3 +68,54 @@ def test_the_hold_is_one_exclusive_allocation_without_a_shell_of_exactly_the_idl
                "salloc: error: Unable to allocate resources: Connection timed out\n")
     assert slurm.parse_granted(refused) is None
     assert slurm.cancel_by_name_command("pycli-check-x") == "scancel --name=pycli-check-x"
+
+
+def test_a_node_slurm_does_not_know_is_checked_unheld_and_named():
+    hold = plan_hold(CLUSTER, _states("node1|idle|(null)|none", "node2|idle|(null)|none", "node3|idle|(null)|none"), [])
+    assert hold.held == ("node1", "node2", "node3") and hold.unheld == ("node4",) and hold.unknown == ("node4",)
+
+
+def _ssh_each(monkeypatch, answers: dict[str, tuple[int, str]]) -> list[str]:
+    """ssh_each of pycli.health.slurm_hold: each host answers (rc, stdout); the hosts asked, in order."""
+    from pycli.cluster.nodes import NodeOutput
+    from pycli.health import slurm_hold
+
+    asked: list[str] = []
+
+    def ssh_each(commands, timeout_s=0, shared=False):
+        out = {}
+        for host, _ in commands:
+            asked.append(host.name)
+            rc, text = answers[host.name]
+            out[host.name] = NodeOutput(host.name, rc, text if rc == 0 else "", "" if rc == 0 else text)
+        return out
+
+    monkeypatch.setattr(slurm_hold, "ssh_each", ssh_each)
+    return asked
+
+
+def test_slurm_is_asked_on_the_controller_or_another_node_where_the_launcher_does_not_answer(monkeypatch):
+    from pycli.health.slurm_hold import ask_slurm
+
+    cluster = Cluster(hosts=HOSTS, launcher="node2", slurm_controller="node3")
+    asked = _ssh_each(monkeypatch, {"node2": (255, "ssh: connect to host 10.0.0.2 port 22: No route to host"),
+                                    "node3": (255, "ssh: connect to host 10.0.0.3 port 22: Connection refused"),
+                                    "node1": (0, "answer"), "node4": (0, "not asked")})
+    assert ask_slurm(cluster, "squeue") == (HOSTS[0], "answer") and asked == ["node2", "node3", "node1"]
+    # slurmctld down: Slurm's own failure is the same on every node, said at once.
+    asked = _ssh_each(monkeypatch, {"node2": (1, "squeue: error: Unable to contact slurm controller (connect failure)")})
+    with pytest.raises(PycliError, match=r"^on node2: squeue: error: Unable to contact slurm controller"):
+        ask_slurm(cluster, "squeue")
+    assert asked == ["node2"]
+
+
+def test_where_slurm_cannot_be_asked_every_node_is_checked_unheld_and_the_check_fails(monkeypatch):
+    from pycli.health.slurm_hold import held_for_check
+
+    _ssh_each(monkeypatch, {"node1": (1, "squeue: error: Unable to contact slurm controller (connect failure)")})
+    said: list[str] = []
+    with held_for_check(CLUSTER, "pycli-check-x", said.append) as hold:
+        assert hold.unheld == ("node1", "node2", "node3", "node4") and hold.held == () and not hold.job_id
+        assert "Unable to contact slurm controller" in hold.slurm_error
+    assert said[0].startswith("pycli: Slurm cannot be asked (on node1: squeue: error: Unable to contact slurm controller")
+    assert said[0].endswith("every node checked without holding it, a job may run beside the check, and the check fails")
