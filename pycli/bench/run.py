@@ -61,14 +61,28 @@ def _format_run(run: CellRun, workload: str) -> str:
 
 
 def bench(cluster: Cluster, request: BenchRequest, *, write: Callable[[str], None] = print) -> int:
-    """Run the matrix on the cluster's nodes and write the report; the exit code says if all ran."""
-    from pycli.bench.report import skipped_lines, write_report
+    """Run the matrix on the cluster's nodes and write the report; the exit code says if all ran.
+    On a cluster with Slurm, only on the nodes no job runs on, held for the whole run."""
     from pycli.core.paths import new_run_dir
+
+    run_dir = new_run_dir("bench")
+    if not cluster.has_slurm:
+        return _bench(cluster, request, run_dir, write)
+    # On a cluster with Slurm the runs never share a node with someone's job, and no job starts on
+    # a node while it is measured: the idle nodes are held, as for pycli check.
+    from pycli.health.slurm_hold import held_for_check
+    from pycli.jobs.slurm import JOB_NAME_PREFIX
+
+    with held_for_check(cluster, f"{JOB_NAME_PREFIX}bench-{run_dir.name}", write, what="bench") as hold:
+        return _bench(hold.cluster, request, run_dir, write)
+
+
+def _bench(cluster: Cluster, request: BenchRequest, run_dir: Path, write: Callable[[str], None]) -> int:
+    from pycli.bench.report import skipped_lines, write_report
 
     inventory = cluster.inventory_path
     hosts = cluster.hosts
     names = [host.name for host in hosts]
-    run_dir = new_run_dir("bench")
     started = datetime.now()
     began = time.monotonic()
     write(f"pycli: bench on {len(hosts)} servers of {inventory}; run folder {run_dir}")

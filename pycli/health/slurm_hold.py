@@ -100,14 +100,15 @@ def ask_slurm(cluster: Cluster, command: str) -> tuple[Host, str]:
 
 
 @contextmanager
-def held_for_check(cluster: Cluster, name: str, say: Callable[[str], None]) -> Iterator[Hold]:
-    """The check's nodes while it runs: the busy ones left out and said, the idle ones held by an
-    exclusive allocation named `name` (unique to the run) until the block ends."""
+def held_for_check(cluster: Cluster, name: str, say: Callable[[str], None], what: str = "check") -> Iterator[Hold]:
+    """The nodes `what` measures (pycli check, pycli bench) while it runs: the busy ones left out
+    and said, the idle ones held by an exclusive allocation named `name` (unique to the run)
+    until the block ends."""
     try:
         host, said = ask_slurm(cluster, f"{slurm.squeue_command()} && echo {_SPLIT} && {slurm_nodes.SINFO_NODES_COMMAND}")
     except PycliError as error:
-        say(f"pycli: Slurm cannot be asked ({error}): every node checked without holding it, a job may run beside "
-            "the check, and the check fails")
+        say(f"pycli: Slurm cannot be asked ({error}): every node measured without holding it, a job may run beside "
+            f"the {what}" + (", and the check fails" if what == "check" else ""))
         yield Hold(cluster, unheld=tuple(h.name for h in cluster.hosts), slurm_error=str(error))
         return
     queue, _, nodes = said.partition(_SPLIT)
@@ -116,13 +117,14 @@ def held_for_check(cluster: Cluster, name: str, say: Callable[[str], None]) -> I
         say(f"pycli: Slurm: {', '.join(hold.unknown)} checked without holding (not in Slurm's slurm.conf: "
             "'pycli provision --tags slurm' adds it)")
     if hold.busy:
-        say("pycli: Slurm: not checked, a job runs there: " + "; ".join(_busy_words(hold.busy)))
+        say(f"pycli: Slurm: not {'checked' if what == 'check' else 'measured'}, a job runs there: "
+            + "; ".join(_busy_words(hold.busy)))
     if stopped := [node for node in hold.unheld if node not in hold.unknown]:
         say(f"pycli: Slurm: {', '.join(stopped)} checked without holding (Slurm starts no job there)")
     if not hold.held:
         yield hold
         return
-    command = slurm.hold_command(hold.held, name)  # asked where Slurm answered
+    command = slurm.hold_command(hold.held, name, what=what)  # asked where Slurm answered
     try:
         answer = ssh_each([(host, command)], slurm.HOLD_GRANT_S + 60, shared=True)[host.name]
     except BaseException:  # Ctrl-C while salloc waits: the allocation may be granted, its id unread
@@ -131,9 +133,9 @@ def held_for_check(cluster: Cluster, name: str, say: Callable[[str], None]) -> I
     job_id = slurm.parse_granted(answer.stdout + answer.stderr)
     if not answer.ok or job_id is None:
         _release(host, slurm.cancel_by_name_command(name), say)
-        raise PycliError(f"Slurm did not give the check {', '.join(hold.held)} within {slurm.HOLD_GRANT_S} s "
+        raise PycliError(f"Slurm did not give the {what} {', '.join(hold.held)} within {slurm.HOLD_GRANT_S} s "
                          f"(salloc on {host.name}: {answer.why()}); a job may have started there meanwhile: check again")
-    say(f"pycli: Slurm: {', '.join(hold.held)} held for this check (job {job_id}, exclusive; released when it ends)")
+    say(f"pycli: Slurm: {', '.join(hold.held)} held for this {what} (job {job_id}, exclusive; released when it ends)")
     try:
         yield replace(hold, job_id=job_id)
     finally:

@@ -439,12 +439,14 @@ HOLD_GRANT_S = 30
 HOLD_LIMIT_S = 3600
 
 
-def hold_command(nodes: Sequence[str], name: str, limit_s: float = HOLD_LIMIT_S, grant_s: int = HOLD_GRANT_S) -> str:
+def hold_command(nodes: Sequence[str], name: str, limit_s: float = HOLD_LIMIT_S, grant_s: int = HOLD_GRANT_S,
+                 what: str = "check") -> str:
     """salloc of exactly `nodes`, whole (--exclusive), returning once granted (--no-shell), or
-    failing after `grant_s` seconds where the nodes are not free by then."""
+    failing after `grant_s` seconds where the nodes are not free by then; `what` holds them
+    (pycli check, pycli bench)."""
     return shlex.join(["salloc", "--no-shell", "--exclusive", f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}",
                        f"--job-name={name}", f"--time={time_limit(limit_s)}", f"--immediate={grant_s}",
-                       "--comment=pycli check: the nodes it measures, held"])
+                       f"--comment=pycli {what}: the nodes it measures, held"])
 
 
 def parse_granted(text: str) -> str | None:

@@ -7,6 +7,7 @@ own, a --docker job's containers get only its GPUs and end with it (scancel, Ctr
 inventory's QOS and account refuse a job over them, hold it until it may run, or cancel one that
 never could."""
 
+import csv
 import io
 import json
 import os
@@ -493,6 +494,29 @@ def test_check_deep_holds_the_idle_node_leaves_a_users_job_alone_and_drains_the_
     ran, held = sacct(waiter), sacct(hold["job_id"])
     assert ran["state"] == "COMPLETED" and ran["start"] >= held["end"], (ran, held)
     wait_for_state("node1", "idle")
+    wait_for_state("node2", "idle")
+
+
+def test_bench_measures_only_the_idle_node_held_and_leaves_a_users_job_alone(slurm_cluster, tmp_path):
+    code, said = node_run("node1", "sbatch", "--nodelist=node2", "--job-name=users-job", "--wrap", "sleep 600")
+    assert code == 0, said
+    users_job = said.split()[-1]
+    try:
+        _wait_running("node2")
+        bench = run_pycli("bench", "-i", str(slurm_cluster), "--backends", "gloo", "--launchers", "horovod",
+                          "--np-list", "1", "--repeat", "1", "--no-allreduce", "--", *SHORT[1:],
+                          env={"PYCLI_RUNS": str(tmp_path)}, timeout=900)
+        queue = _queue()
+    finally:
+        node_run("node1", "scancel", users_job)
+    assert bench.returncode == 0, bench.stdout[-3000:] + bench.stderr[-2000:]
+    assert f"pycli: Slurm: not measured, a job runs there: node2: job {users_job}" in bench.stdout, bench.stdout[-3000:]
+    held = re.search(r"pycli: Slurm: node1 held for this bench \(job (\d+), exclusive", bench.stdout)
+    assert held, bench.stdout[-3000:]
+    assert queue[users_job][1] == "RUNNING"  # it ran on beside the bench, untouched
+    assert sacct(held.group(1))["nodes"] == "node1"  # the hold: node1 only, released when the bench ended
+    (run_dir,) = tmp_path.glob("*-bench")
+    assert {row["servers"] for row in csv.DictReader((run_dir / "results.csv").open()) if row["status"] == "ok"} == {"1"}
     wait_for_state("node2", "idle")
 
 

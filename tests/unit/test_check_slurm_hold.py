@@ -118,4 +118,4 @@ def test_where_slurm_cannot_be_asked_every_node_is_checked_unheld_and_the_check_
         assert hold.unheld == ("node1", "node2", "node3", "node4") and hold.held == () and not hold.job_id
         assert "Unable to contact slurm controller" in hold.slurm_error
     assert said[0].startswith("pycli: Slurm cannot be asked (on node1: squeue: error: Unable to contact slurm controller")
-    assert said[0].endswith("every node checked without holding it, a job may run beside the check, and the check fails")
+    assert said[0].endswith("every node measured without holding it, a job may run beside the check, and the check fails")
