@@ -281,6 +281,9 @@ def host_discovery_script(plan: JobPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
+# The job's own ssh asks again for a step Slurm could not create, this often, this far apart.
+STEP_TRIES = 30
+STEP_PAUSE_S = 2
 # The options of OpenSSH's client that take a value (ssh(1)): the job's own ssh skips them.
 SSH_VALUE_OPTIONS = "BbcDEeFIiJLlmOoPpQRSWw"
 
@@ -309,7 +312,22 @@ def slurm_ssh_script(plan: JobPlan) -> str:
         "case ${host#*@} in",
         cases + "    *) echo \"pycli: $host is no node of Slurm job ${SLURM_JOB_ID:-?}\" >&2; exit 255 ;;",
         "esac",
-        'exec srun --nodes=1 --ntasks=1 --nodelist="$node" --overlap --mpi=none --cpu-bind=none --quiet bash -c "$*"',
+        # A slurmctld that has just restarted creates no step of a running job for a few seconds
+        # ("Unable to create step ...: Memory required by task is not available", Slurm 22.05): the
+        # rank never started, and the step is asked for again. The first line srun's stderr
+        # carries tells (a rank's own stderr passes on as it is).
+        'first=$(mktemp) || exit 255',
+        'trap \'rm -f "$first"\' EXIT',
+        "exec 3>&1",  # srun's stdout as it is; its stderr through awk, which keeps the first line
+        f"for _ in $(seq {STEP_TRIES}); do",
+        '    srun --nodes=1 --ntasks=1 --nodelist="$node" --overlap --mpi=none --cpu-bind=none --quiet bash -c "$*" \\',
+        '        2>&1 >&3 3>&- | awk -v f="$first" \'NR == 1 { print > f; close(f) } { print; fflush() }\' >&2 3>&-',
+        "    code=${PIPESTATUS[0]}",
+        "    [ $code -ne 0 ] && grep -q '^srun: error: Unable to create step' \"$first\" || exit $code",
+        '    : >"$first"',
+        f"    sleep {STEP_PAUSE_S}",
+        "done",
+        "exit $code",
     ]) + "\n"
 
 

@@ -362,7 +362,8 @@ def _run_slurm_ssh(script: str, tmp_path: Path, *args: str) -> subprocess.Comple
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "ssh").write_text(script)
-    (bin_dir / "srun").write_text('#!/bin/bash\nprintf "%s\\n" "$@"\n')
+    if not (bin_dir / "srun").exists():
+        (bin_dir / "srun").write_text('#!/bin/bash\nprintf "%s\\n" "$@"\n')
     for tool in ("ssh", "srun"):
         (bin_dir / tool).chmod(0o755)
     return subprocess.run([str(bin_dir / "ssh"), *args], capture_output=True, text=True, timeout=30,
@@ -392,6 +393,17 @@ def test_through_slurm_horovodruns_logins_to_the_job_s_nodes_run_as_steps_of_the
     # A host that is no node of the job is never reached: ssh's own failure code.
     said = _run_slurm_ssh(script, tmp_path, "10.9.0.9", "true")
     assert said.returncode == 255 and said.stdout == "" and "10.9.0.9 is no node of Slurm job 42" in said.stderr
+    # A step Slurm could not create (slurmctld just restarted) is asked for again; a rank's own
+    # failure is not, and its stderr passes on whole.
+    (tmp_path / "bin" / "srun").write_text(
+        '#!/bin/bash\nn=$(cat "$(dirname "$0")/n" 2>/dev/null || echo 0); echo $((n + 1)) > "$(dirname "$0")/n"\n'
+        'if [ "$n" -lt 2 ]; then echo "srun: error: Unable to create step for job 42: Memory required by task is not '
+        'available" >&2; exit 1; fi\n'
+        'echo "rank says: no data" >&2; echo out; exit 3\n')
+    said = _run_slurm_ssh(script.replace("sleep 2", "sleep 0"), tmp_path, "10.9.0.2", "python", "-u", "train.py")
+    assert (said.returncode, said.stdout) == (3, "out\n"), said
+    assert said.stderr.count("Unable to create step") == 2 and said.stderr.endswith("rank says: no data\n"), said.stderr
+    assert (tmp_path / "bin" / "n").read_text().strip() == "3"
     # Over SSH, and in containers, horovodrun logs in as ever.
     assert not plan(replace(cluster(), slurm_controller="n1"), scheduler="ssh").logins_as_steps
     assert not plan(replace(cluster(), slurm_controller="n1"), scheduler=None, launcher="mpirun").logins_as_steps
