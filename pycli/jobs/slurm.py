@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pycli.core.errors import BadInput
-from pycli.jobs.slurm_nodes import expand_hostlist
+from pycli.jobs.slurm_nodes import expand_hostlist, printable
 
 # `pycli train --scheduler`: through Slurm's queue, or started over SSH as without Slurm.
 SLURM, SSH = "slurm", "ssh"
@@ -196,11 +196,14 @@ def _while_queued(job_id: str, fields: str, on_state: str, on_error: str, interv
     """A shell loop that runs while the job's processes have not ended: each answer of squeue (`-t
     all`, so a finished job is seen with its final state) is in $s for `on_state`; a failed squeue
     is in $s for `on_error`, and the loop goes on. It ends only on an answer: the job listed in one
-    of FINISHED_STATES or COMPLETING, not listed, or unknown to slurmctld (UNKNOWN_JOB)."""
+    of FINISHED_STATES or COMPLETING, not listed, or unknown to slurmctld (UNKNOWN_JOB). What squeue
+    says on stderr (a warning beside an answer) is kept out of the answer ($e, read on a failure)."""
     quoted = shlex.quote(job_id)
-    return (f"while :; do if s=$(squeue -h -t all -j {quoted} -o '{fields}' 2>&1); then [ -z \"$s\" ] && break; {on_state}; "
+    return ("e=$(mktemp) || exit 1; trap 'rm -f \"$e\"' EXIT; "
+            f"while :; do if s=$(squeue -h -t all -j {quoted} -o '{fields}' 2>\"$e\"); then [ -z \"$s\" ] && break; {on_state}; "
             f"case ${{s%%|*}} in {'|'.join((*FINISHED_STATES, COMPLETING))}) break;; esac; "
-            f"else case $s in *{shlex.quote(UNKNOWN_JOB)}*) break;; esac; {on_error}; fi; sleep {interval_s:g}; done")
+            f"else s=$(cat \"$e\"); case $s in *{shlex.quote(UNKNOWN_JOB)}*) break;; esac; {on_error}; fi; "
+            f"sleep {interval_s:g}; done")
 
 
 def watch_command(job_id: str, interval_s: float = 1.0) -> str:
@@ -260,7 +263,7 @@ def parse_watch_line(line: str) -> QueueState | None:
     if len(parts) != 4:
         return None
     state, reason, batch_host, nodes = parts
-    return QueueState(state, reason, "" if batch_host in ("n/a", "(null)") else batch_host, nodes)
+    return QueueState(state, printable(reason), "" if batch_host in ("n/a", "(null)") else batch_host, nodes)
 
 
 def output_command(path: str, job_id: str, interval_s: float = 1.0, from_line: int = 1) -> str:
@@ -308,11 +311,6 @@ class AccountedJob:
         return {"job_id": self.job_id, "name": self.name, "user": self.user, "state": self.state,
                 "exit_code": self.exit_code, "signal": self.signal, "submit": self.submit, "start": self.start,
                 "elapsed": self.elapsed, "nodes": self.nodes, "reason": self.reason}
-
-
-def printable(text: str) -> str:
-    """`text` with every character a terminal would act on (escape sequences, line breaks) as "?"."""
-    return "".join(ch if ch.isprintable() else "?" for ch in text)
 
 
 def parse_sacct(stdout: str) -> list[AccountedJob]:
@@ -416,7 +414,7 @@ def parse_squeue(stdout: str) -> list[QueuedJob]:
         if len(parts) != 8 or not parts[0].strip():
             continue
         job_id, user, state, reason, count, nodes, batch, name = parts
-        jobs.append(QueuedJob(job_id, printable(name), user, state, reason, int(count) if count.isdigit() else 0,
+        jobs.append(QueuedJob(job_id, printable(name), user, state, printable(reason), int(count) if count.isdigit() else 0,
                               nodes, batch))
     return jobs
 

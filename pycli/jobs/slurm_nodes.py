@@ -54,6 +54,12 @@ def _gres_gpus(gres: str) -> int:
     return count
 
 
+def printable(text: str) -> str:
+    """`text` with every character a terminal would act on (escape sequences, line breaks) as "?":
+    Slurm's free text (job names, drain reasons) as pycli shows it."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
 def parse_sinfo_nodes(stdout: str) -> dict[str, NodeState]:
     """Nodes by name from SINFO_NODES_COMMAND (a node in two partitions is listed once)."""
     nodes: dict[str, NodeState] = {}
@@ -62,7 +68,7 @@ def parse_sinfo_nodes(stdout: str) -> dict[str, NodeState]:
         if len(parts) != 4 or not parts[0].strip():
             continue
         name, state, gres, reason = (part.strip() for part in parts)
-        nodes.setdefault(name, NodeState(name, state.lower(), _gres_gpus(gres), reason))
+        nodes.setdefault(name, NodeState(name, state.lower(), _gres_gpus(gres), printable(reason)))
     return nodes
 
 

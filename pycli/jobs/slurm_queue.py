@@ -220,7 +220,7 @@ def set_drained(cluster: Cluster, reasons: dict[str, str], say: Callable[[str], 
             states = {}
         kept = {node: states[node].reason for node in reasons if node in states and "drain" in states[node].state}
         for node, reason in kept.items():
-            say(f"Slurm: {node} is drained already; its reason kept: {slurm.printable(reason)}")
+            say(f"Slurm: {node} is drained already; its reason kept: {slurm_nodes.printable(reason)}")
         reasons = {node: reason for node, reason in reasons.items() if node not in kept}
         if not reasons:
             return
@@ -258,7 +258,7 @@ def set_resumed(cluster: Cluster, nodes: list[str], say: Callable[[str], None], 
     theirs = [node for node, reason in drained.items()
               if not force and reason != (ours or {}).get(node) and not reason.startswith(NODE_GATE_REASONS)]
     for node in theirs:
-        say(f"pycli: {node} stays drained in Slurm: its reason is not pycli's ({slurm.printable(drained[node])}); "
+        say(f"pycli: {node} stays drained in Slurm: its reason is not pycli's ({slurm_nodes.printable(drained[node])}); "
             f"'pycli undrain {node} --force' resumes it")
     resumed = [node for node in drained if node not in theirs]
     if not resumed:
@@ -266,7 +266,7 @@ def set_resumed(cluster: Cluster, nodes: list[str], say: Callable[[str], None], 
     controller = _controller(cluster)
     answer = ssh_each([(controller, slurm_nodes.resume_command(resumed))], shared=True)[controller.name]
     if answer.ok:
-        was = "; ".join(f"{node}: {slurm.printable(drained[node])}" for node in resumed)
+        was = "; ".join(f"{node}: {slurm_nodes.printable(drained[node])}" for node in resumed)
         say(f"Slurm: {', '.join(resumed)} RESUME (jobs start there again; drained for {was})")
     else:
         say(f"pycli: Slurm did not resume {', '.join(resumed)} ({answer.why()}); run "
@@ -295,7 +295,7 @@ def attach(cluster: Cluster, job_id: str, results: Path, write: Callable[[str], 
     job_dir = PurePosixPath(record["WorkDir"])
     jobs_dir = NodeLayout.from_settings(cluster.settings).jobs_dir
     if job_dir.parent != jobs_dir:
-        raise BadInput(f"Slurm job {job_id} is not a job of pycli's: its folder {slurm.printable(str(job_dir))} "
+        raise BadInput(f"Slurm job {job_id} is not a job of pycli's: its folder {slurm_nodes.printable(str(job_dir))} "
                        f"is not in {jobs_dir}")
     hosts = {host.name: host for host in cluster.hosts}
     write(f"pycli: following Slurm job {job_id} ({record['State']}), its folder {job_dir}")

@@ -102,7 +102,7 @@ class SlurmWatch:
     def _on_watch(self, line: str) -> None:
         if (said := slurm.unanswered(line)) is not None:
             self.answers += 1
-            self.write(f"pycli: squeue on {self.launcher.name} failed ({slurm.printable(said)}); "
+            self.write(f"pycli: squeue on {self.launcher.name} failed ({slurm_nodes.printable(said)}); "
                        f"still watching Slurm job {self.job_id}")
             return
         if line.strip() == "@@slurm gone":
@@ -114,7 +114,7 @@ class SlurmWatch:
         self.answers += 1
         if self.last is None or (state.state, state.reason) != (self.last.state, self.last.reason):
             note = f"; {slurm.LIMIT_NOTE}" if slurm.held_by_limit(state.reason) else ""
-            why = f" ({slurm.printable(state.reason)}{note})" if state.reason not in ("None", "") else ""
+            why = f" ({slurm_nodes.printable(state.reason)}{note})" if state.reason not in ("None", "") else ""
             where = f" on {state.nodes}" if state.state == "RUNNING" and state.nodes else ""
             waited = f" after {time.monotonic() - self.started:.1f} s" if state.state == "RUNNING" and self.submitted else ""
             self.write(f"pycli: Slurm job {self.job_id} {state.state}{why}{where}{waited}")
@@ -168,7 +168,7 @@ class SlurmWatch:
         self.unavailable_since = {name: self.unavailable_since.get(name, now) for name in out}
         stuck = [out[name] for name, since in self.unavailable_since.items() if now - since >= UNAVAILABLE_GRACE_S]
         if stuck and not self.unavailable:
-            self.unavailable = "; ".join(f"{node.node} ({node.state}: {slurm.printable(node.reason)})" for node in stuck)
+            self.unavailable = "; ".join(f"{node.node} ({node.state}: {slurm_nodes.printable(node.reason)})" for node in stuck)
 
     def _reconnect(self, code: int | None) -> RemoteProcess | str:
         """A new watch once the launcher answers again; where it does not within RECONNECT_S, why not."""

@@ -551,3 +551,24 @@ def test_drained_again_after_provisioning_a_node_keeps_the_reason_slurm_has(monk
     slurm_jobs.set_drained(cluster, {"node1": "PSU swap", "node4": "PSU swap"}, said.append, keep_slurms=True)
     assert said[0] == "Slurm: node1 is drained already; its reason kept: RMA GPU3, do not resume"
     assert asked[-1].startswith("scontrol update nodename=node4 state=drain") and "node1" not in asked[-1]
+
+
+def test_what_squeue_warns_on_stderr_beside_an_answer_is_not_taken_for_the_state(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text('#!/bin/bash\necho "squeue: warning: slurm.conf is newer than slurmctld\'s" >&2\n'
+                                    'echo "COMPLETED|None|node1|node1"\n')
+    (bin_dir / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    ran = subprocess.run(["bash", "-c", slurm.watch_command("42", interval_s=0.01)], capture_output=True, text=True,
+                         timeout=60)
+    assert ran.stdout.splitlines() == ["@@slurm COMPLETED|None|node1|node1", "@@slurm gone"]
+
+
+def test_slurm_s_free_text_reaches_the_terminal_without_its_escape_sequences():
+    # A drain reason or a pending reason is anyone's text (scontrol update ... reason=...).
+    nodes = slurm_nodes.parse_sinfo_nodes("node2|drained|gpu:2|RMA \x1b[2J\x1b]0;owned\x07\n")
+    assert nodes["node2"].reason == "RMA ?[2J?]0;owned?"
+    (queued,) = slurm.parse_squeue("7|ana|PENDING|Nodes\x1b[31m|1|||job\n")
+    assert queued.reason == "Nodes?[31m"
+    assert slurm.parse_watch_line("@@slurm PENDING|x\x1by|n/a|").reason == "x?y"
