@@ -264,3 +264,16 @@ def _render_expression(expression: str, task_vars: dict, **overrides) -> str:
 def test_accounting_is_enforced_where_the_inventory_declares_accounts_users_or_qos(declared, line):
     conf = _render("slurm.conf.j2", "gpu1", _gpu_cluster(), **declared).splitlines()
     assert [found for found in conf if found.startswith("AccountingStorageEnforce=")] == ([line] if line else [])
+
+
+def test_the_node_gate_wrappers_quote_what_the_inventory_gives_them():
+    import shlex
+
+    paths = ["/", "/var/lib/slurm $(touch /tmp/owned)"]
+    for item in ("health", "prolog", "epilog"):
+        [command] = [line for line in _gate(item, slurm_health_check_paths=paths, pycli_node_dir="/opt/pycli node").splitlines()
+                     if line.startswith("exec ")]
+        words = shlex.split(command)
+        assert "PYTHONPATH=/opt/pycli node" in words, command
+        if item == "health":
+            assert words[words.index("--path", words.index("--path") + 1) + 1] == paths[1], command
