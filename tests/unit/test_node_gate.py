@@ -185,6 +185,22 @@ def test_the_epilog_removes_the_jobs_containers_with_their_keys_and_drains_where
                              "Error response from daemon"), update
 
 
+def test_the_epilog_follows_no_link_the_job_put_in_its_folder(node, tmp_path):
+    bin_dir, _, _ = node
+    elsewhere = tmp_path / "etc"
+    elsewhere.mkdir()
+    (elsewhere / "id_ed25519").write_text("someone else's key\n")
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    (job_dir / "container").symlink_to(elsewhere)  # the job controls its folder
+    _tool(bin_dir, "docker", 'case "$1" in\n'
+          '  ps) echo c1 ;;\n'
+          f'  inspect) echo {job_dir} ;;\n'
+          'esac\n')
+    assert node_gate.epilog("node2", "42", wait_s=0.1) == 0
+    assert (elsewhere / "id_ed25519").read_text() == "someone else's key\n"
+
+
 def test_the_epilog_drains_where_docker_does_not_answer_as_it_may_keep_the_job_s_containers(node, tmp_path):
     bin_dir, _, log = node
     _tool(bin_dir, "docker", 'echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock."; exit 1\n')

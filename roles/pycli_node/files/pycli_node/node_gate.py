@@ -223,10 +223,14 @@ def remove_job_containers(job_id: str, run: Run) -> list[str]:
         return []
     code, folders = run("docker inspect -f '{{.Config.WorkingDir}}' " + " ".join(ids), 30)
     for folder in folders.splitlines() if code == 0 else ():
+        keys = os.path.join(folder, "container")
+        # The folder is the job's, and so is what is in it: a link in the path (to /etc, say) is
+        # never followed, so only the job's own key files go.
+        if not folder.startswith("/") or os.path.realpath(keys) != os.path.normpath(keys):
+            continue
         for key in CONTAINER_KEYS:
-            if folder.startswith("/"):
-                with suppress(OSError):
-                    os.unlink(os.path.join(folder, "container", key))
+            with suppress(OSError):
+                os.unlink(os.path.join(keys, key))
     code, out = run("docker rm -f " + " ".join(ids), 60)
     if code != 0:
         return [f"container(s) of job {job_id} not removed: {out.strip()[-120:]}"]
