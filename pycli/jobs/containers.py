@@ -79,6 +79,8 @@ def parse_job_container(image: str, ssh_port: int, options: Sequence[str], hosts
         for word in words:
             if "\n" in word:  # start.sh reads the options one a line
                 raise BadInput(f"--docker-opt {text!r}: an option cannot hold a line break")
+            if any(marker in word for marker in ("{{", "{%", "{#")):  # Ansible would evaluate them on the controller
+                raise BadInput(f"--docker-opt {text!r}: an option cannot hold '{{{{', '{{%' or '{{#'")
             if word.split("=", 1)[0] in _OWN_OPTIONS:
                 raise BadInput(f"--docker-opt {text!r}: pycli sets {word.split('=', 1)[0]} itself")
         run_options += words

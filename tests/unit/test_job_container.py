@@ -242,3 +242,9 @@ def test_through_slurm_no_docker_option_widens_the_containers_beyond_the_job_s_g
                                     "--mount type=bind,source=/srv/data,target=/data", "--ulimit memlock=-1"])
 def test_through_slurm_other_docker_options_pass(option):
     assert job(options=[option], slurm=True).request.container.run_options == tuple(shlex.split(option))
+
+
+@pytest.mark.parametrize("option", ["-e X={{ lookup('pipe', 'id') }}", "--label a={% raw %}", "-e Y={#c#}"])
+def test_docker_options_hold_no_jinja_which_ansible_would_evaluate_on_the_controller(option):
+    with pytest.raises(BadInput, match=r"an option cannot hold '\{\{', '\{%' or '\{#'"):
+        job(options=[option])
