@@ -22,6 +22,8 @@ Command lines and parsers: pycli.jobs.slurm (salloc, squeue, scancel) and pycli.
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -137,9 +139,29 @@ def held_for_check(cluster: Cluster, name: str, say: Callable[[str], None], what
                          f"(salloc on {host.name}: {answer.why()}); a job may have started there meanwhile: check again")
     say(f"pycli: Slurm: {', '.join(hold.held)} held for this {what} (job {job_id}, exclusive; released when it ends)")
     try:
-        yield replace(hold, job_id=job_id)
+        with _ended_by_hangup():
+            yield replace(hold, job_id=job_id)
     finally:
         _release(host, slurm.cancel_command(job_id), say)
+
+
+@contextmanager
+def _ended_by_hangup() -> Iterator[None]:
+    """A closed terminal (SIGHUP) or a plain kill (SIGTERM) ends the block as Ctrl-C would, so the
+    hold is released at once rather than at its time limit, an hour on."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def end(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {signum: signal.signal(signum, end) for signum in (signal.SIGHUP, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _release(host: Host, command: str, say: Callable[[str], None]) -> None:

@@ -119,3 +119,32 @@ def test_where_slurm_cannot_be_asked_every_node_is_checked_unheld_and_the_check_
         assert "Unable to contact slurm controller" in hold.slurm_error
     assert said[0].startswith("pycli: Slurm cannot be asked (on node1: squeue: error: Unable to contact slurm controller")
     assert said[0].endswith("every node measured without holding it, a job may run beside the check, and the check fails")
+
+
+def test_a_closed_terminal_releases_the_hold_at_once(monkeypatch):
+    import os
+    import signal
+
+    from pycli.cluster.nodes import NodeOutput
+    from pycli.health import slurm_hold
+
+    asked: list[str] = []
+
+    def ssh_each(commands, timeout_s=0, shared=False):
+        out = {}
+        for host, command in commands:
+            asked.append(command)
+            # squeue (no job) and sinfo (every node idle) in one answer, as held_for_check asks them.
+            said = "@@pycli-sinfo\n" + "".join(f"node{i}|idle|(null)|none\n" for i in (1, 2, 3, 4)) \
+                if command.startswith("squeue") else ""
+            out[host.name] = NodeOutput(host.name, 0, said, "salloc: Granted job allocation 77\n"
+                                        if command.startswith("salloc") else "")
+        return out
+
+    monkeypatch.setattr(slurm_hold, "ssh_each", ssh_each)
+    before = signal.getsignal(signal.SIGHUP)
+    with pytest.raises(SystemExit) as ended:
+        with slurm_hold.held_for_check(CLUSTER, "pycli-check-x", lambda line: None):
+            os.kill(os.getpid(), signal.SIGHUP)
+    assert ended.value.code == 128 + signal.SIGHUP and asked[-1] == "scancel 77"
+    assert signal.getsignal(signal.SIGHUP) == before
