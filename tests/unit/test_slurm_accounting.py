@@ -5,6 +5,7 @@ Slurm 22.05's sacctmgr (tests/fixtures/recorded/sacctmgr-*.txt)."""
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -97,7 +98,9 @@ def test_only_what_says_absent_is_removed_users_first_and_what_is_not_there_is_l
     held = _held("team")
     gone = {"state": "absent"}
     assert _plan(held, [{"name": "team-gpu", **gone}], [{"name": "team", **gone}], [{"name": "alice", **gone}]) == [
-        "delete user where name=alice", "delete account where name=team", "delete qos where name=team-gpu"]
+        # Users and accounts are the cluster's own (a slurmdbd may serve several clusters); QOS are the database's.
+        "delete user where name=alice cluster=lab_a", "delete account where name=team cluster=lab_a",
+        "delete qos where name=team-gpu"]
     assert _plan(_held("fresh"), [{"name": "team-gpu", **gone}], [{"name": "team", **gone}],
                  [{"name": "alice", **gone}]) == []
     assert _plan(held) == []  # nothing declared: nothing removed
@@ -127,3 +130,15 @@ def test_what_sacctmgr_would_refuse_halfway_is_refused_before_anything_runs(qos,
 ])
 def test_slurm_times_in_each_of_their_forms(text, seconds):
     assert acct.seconds(text) == seconds
+
+
+@pytest.mark.parametrize(("qos", "accounts", "users", "said"), [
+    ([{"name": "a,b"}], [], [], "QOS a,b: name 'a,b' is not a Slurm name"),
+    ([], [{"name": "lab", "qos": ["normal", "x y"]}], [], "account lab: qos 'x y' is not a Slurm name"),
+    ([], [{"name": "lab", "parent": "root=1"}], [], "account lab: parent 'root=1' is not a Slurm name"),
+    ([], [], [{"name": "ana bob", "accounts": ["lab"]}], "user ana bob: name 'ana bob' is not a Slurm name"),
+    ([], [], [{"name": "ana", "accounts": ["lab", "a,b"]}], "user ana: accounts 'a,b' is not a Slurm name"),
+])
+def test_names_sacctmgr_would_split_or_misread_are_refused(qos, accounts, users, said):
+    with pytest.raises(acct.Refused, match=re.escape(said)):
+        acct.check(qos, accounts, users)

@@ -186,6 +186,22 @@ def absent(entries: list[dict]) -> list[dict]:
     return [entry for entry in entries if entry.get("state", "present") == "absent"]
 
 
+# A QOS's or an account's name as sacctmgr takes it whole: a comma would make two, a space or '='
+# another word of its command line. A user's is a Linux user name.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*[$]?")
+# The settings of an entry that name other entries.
+NAME_LISTS = ("qos", "default_qos", "parent", "accounts", "default_account")
+
+
+def _names(kind: str, name: str, named: dict[str, list[str]]) -> None:
+    for key, values in named.items():
+        pattern = USER_NAME if kind == "user" and key == "name" else NAME
+        for value in values:
+            if not pattern.fullmatch(value):
+                raise Refused(f"{kind} {name}: {key} {value!r} is not a Slurm name (letters, digits, '_', '.', '-')")
+
+
 def check(qos: list[dict], accounts: list[dict], users: list[dict]) -> None:
     """Refuse what sacctmgr would refuse halfway (or take for something else), before anything runs."""
     for kind, entries in (("QOS", qos), ("account", accounts), ("user", users)):
@@ -194,6 +210,8 @@ def check(qos: list[dict], accounts: list[dict], users: list[dict]) -> None:
             name = str(entry.get("name") or "").strip()
             if not name:
                 raise Refused(f"an entry of slurm_{kind.lower() if kind == 'QOS' else kind + 's'} has no name: {entry}")
+            _names(kind, name, {"name": [name], **{key: sorted(words(entry[key])) if key in ("qos", "accounts")
+                                                   else [str(entry[key])] for key in NAME_LISTS if entry.get(key)}})
             if name.lower() in seen:
                 raise Refused(f"{kind} {name} is declared twice")
             seen.add(name.lower())
@@ -279,11 +297,11 @@ def plan(cluster: str, qos: list[dict], accounts: list[dict], users: list[dict],
 
     for entry in absent(users):
         if str(entry["name"]) in user_rows:
-            commands.append(["delete", "user", "where", f"name={entry['name']}"])
+            commands.append(["delete", "user", "where", f"name={entry['name']}", f"cluster={cluster}"])
     gone = {str(entry["name"]).lower() for entry in absent(accounts)} & set(account_rows)
     for name in reversed(_parents_first({name: {"parent": account_assocs.get(name, {}).get("ParentName")}
                                          for name in gone})):
-        commands.append(["delete", "account", "where", f"name={name}"])
+        commands.append(["delete", "account", "where", f"name={name}", f"cluster={cluster}"])
     for entry in absent(qos):
         if str(entry["name"]).lower() in qos_by_name:
             commands.append(["delete", "qos", "where", f"name={str(entry['name']).lower()}"])
