@@ -99,6 +99,10 @@ def test_a_package_one_node_fetched_comes_to_the_next_from_the_cache_and_a_chang
     assert code == 0 and out.split() == [w for url in refused for w in ("403", url)], out
     assert not [line for line in node_run("node1", "cat", CACHE_LOG)[1].splitlines()
                 if " 403 " not in line and ("169.254" in line or "example.com" in line or "127.0.0.1:22" in line)]
+    # A path that decodes to a line break would split the request the cache sends upstream: refused.
+    split = ["http://deb.debian.org/debian/dists/x%0d%0aX-Injected:%201", "http://HTTPS///deb.debian.org/x%0aY:%201"]
+    code, out = node_run("node2", "python3", "-c", fetch, *split)
+    assert code == 0 and out.split() == [w for url in split for w in ("400", url)], out
 
     # A cache that hands out a changed file: the same size, other bytes. apt checks the hash the signed
     # index gives and refuses it.
