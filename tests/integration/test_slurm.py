@@ -649,6 +649,11 @@ def test_a_node_lost_under_a_job_is_named_at_once_and_one_down_while_the_slurm_r
     assert "drain" in after[0] and "PSU swap" in after[2], after
     assert undrained.returncode == 0, undrained.stdout + undrained.stderr
     wait_for_state("node2", "idle")
+    # node2 back: the job left the queue and ran once (sbatch --no-requeue), not again unwatched.
+    code, queue = node_run("node1", "squeue", "-h", "-o", "%i")
+    assert code == 0 and slurm_job_id(output) not in queue.split(), queue
+    code, runs = node_run("node1", "sacct", "-n", "-P", "-X", "-D", "-j", slurm_job_id(output), "-o", "JobID,State")
+    assert code == 0 and len(runs.strip().splitlines()) == 1 and "REQUEUED" not in runs, runs
 
 
 # Run as a job step on node2: opens each stand-in GPU and prints what the open said, then sleeps.
