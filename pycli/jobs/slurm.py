@@ -183,6 +183,22 @@ def submit_refusal(stderr: str) -> str:
     return ": ".join(line for line in said if line)
 
 
+def job_comment(pycli_job_id: str) -> str:
+    """The comment every job pycli submits carries (sacct -o Comment, squeue %k): pycli's own job id."""
+    return f"pycli job {pycli_job_id}"
+
+
+def comments_command() -> str:
+    """squeue's job ids with their comments, '|'-separated, every user's."""
+    return "squeue -h -a -o '%i|%k'"
+
+
+def with_comment(stdout: str, comment: str) -> list[str]:
+    """The ids of comments_command's jobs whose comment is `comment`."""
+    return [job_id for job_id, _, said in (line.partition("|") for line in stdout.splitlines())
+            if said.strip() == comment and job_id.strip().isdigit()]
+
+
 def cancel_command(job_id: str) -> str:
     return f"scancel {shlex.quote(job_id)}"
 

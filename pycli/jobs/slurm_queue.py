@@ -87,7 +87,7 @@ def batch_job(plan: JobPlan, states: dict[str, slurm_nodes.NodeState], time_limi
         workdir=str(plan.job_dir), output=str(plan.job_dir / "slurm-%j.out"),
         steps=tuple((host.name, line) for host, line in launch_commands(plan)),
         time_limit_s=time_limit_s, gpus_per_node=min(gpus, tasks) if asked is None else asked,
-        queue=slurm.queue_options(plan.request.queue, slurm.SLURM), comment=f"pycli job {plan.job_id}",
+        queue=slurm.queue_options(plan.request.queue, slurm.SLURM), comment=slurm.job_comment(plan.job_id),
         job_id_env=TORCHRUN_RDZV_ID_ENV if plan.launcher == "torchrun" else "",
         elastic=plan.elastic_min_np is not None,
         setup="" if plan.request.container is None else containers.slurm_start_line(
@@ -105,8 +105,22 @@ def submit(plan: JobPlan, script: str) -> str:
     answer = ssh_stream(plan.rank0, slurm.submit_command(str(plan.job_dir)), send=send, timeout_s=SUBMIT_TIMEOUT_S,
                         detached=True)
     if not answer.ok:
-        raise PycliError(f"sbatch on {plan.rank0.name} refused the job: {slurm.submit_refusal(answer.stderr) or answer.why()}")
+        said = slurm.submit_refusal(answer.stderr)
+        # An sbatch that timed out (or lost its connection) may have queued the job all the same:
+        # found by its comment, it is cancelled, so no job runs that pycli does not watch.
+        queued = [] if said else _cancel_queued(plan.rank0, slurm.job_comment(plan.job_id))
+        left = f"; Slurm job {', '.join(queued)} it queued meanwhile is cancelled" if queued else ""
+        raise PycliError(f"sbatch on {plan.rank0.name} refused the job: {said or answer.why()}{left}")
     return slurm.parse_job_id(answer.stdout)
+
+
+def _cancel_queued(launcher: Host, comment: str) -> list[str]:
+    """The jobs in Slurm's queue with `comment` (pycli's own job id), cancelled; their ids."""
+    answer = ssh_each([(launcher, slurm.comments_command())], shared=True)[launcher.name]
+    ids = slurm.with_comment(answer.stdout, comment) if answer.ok else []
+    if ids:
+        ssh_each([(launcher, "; ".join(slurm.cancel_command(job_id) for job_id in ids))], shared=True)
+    return ids
 
 
 def accounted(launcher: Host, job_id: str) -> slurm.AccountedJob | None:

@@ -572,3 +572,39 @@ def test_slurm_s_free_text_reaches_the_terminal_without_its_escape_sequences():
     (queued,) = slurm.parse_squeue("7|ana|PENDING|Nodes\x1b[31m|1|||job\n")
     assert queued.reason == "Nodes?[31m"
     assert slurm.parse_watch_line("@@slurm PENDING|x\x1by|n/a|").reason == "x?y"
+
+
+def test_an_sbatch_that_timed_out_but_queued_the_job_all_the_same_has_it_cancelled(monkeypatch, tmp_path):
+    from pathlib import PurePosixPath
+
+    from pycli.cluster.model import Cluster, Host
+    from pycli.cluster.nodes import NodeOutput
+    from pycli.core.errors import PycliError
+    from pycli.jobs import slurm_queue as slurm_jobs
+    from pycli.jobs import train
+    from pycli.jobs.launch import NodeLayout
+
+    hosts = (Host("node1", "10.0.0.1", user="root"), Host("node2", "10.0.0.2", user="root"))
+    cluster = Cluster(hosts=hosts, launcher="node1", inventory=tmp_path / "inventory.ini")
+    plan = train.plan_job(cluster, train.JobRequest(np=2, workload="synthetic", scheduler="ssh"),
+                          layout=NodeLayout(work_dir=PurePosixPath("/srv/pycli")), job_id="j1")
+    asked: list[str] = []
+
+    def ssh_each(commands, shared=False):
+        asked.extend(command for _, command in commands)
+        said = "41|pycli job j0\n42|pycli job j1\n43|\n" if commands[0][1].startswith("squeue") else ""
+        return {host.name: NodeOutput(host.name, 0, said) for host, _ in commands}
+
+    monkeypatch.setattr(slurm_jobs, "ssh_stream", lambda *a, **k: NodeOutput("node1", 255, "", "no answer within 60 s"))
+    monkeypatch.setattr(slurm_jobs, "ssh_each", ssh_each)
+    with pytest.raises(PycliError, match=r"refused the job: no answer within 60 s; Slurm job 42 it queued meanwhile is "
+                                         r"cancelled$"):
+        slurm_jobs.submit(plan, "#!/bin/bash\n")
+    assert asked == [slurm.comments_command(), "scancel 42"]
+    # A refusal of sbatch's own queued nothing: nothing is looked for.
+    asked.clear()
+    monkeypatch.setattr(slurm_jobs, "ssh_stream", lambda *a, **k: NodeOutput(
+        "node1", 1, "", "sbatch: error: Batch job submission failed: Invalid account\n"))
+    with pytest.raises(PycliError, match="Invalid account$"):
+        slurm_jobs.submit(plan, "#!/bin/bash\n")
+    assert asked == []
