@@ -263,6 +263,22 @@ def requeued_held(reason: str) -> bool:
     return "requeued held" in reason.replace("_", " ").lower()
 
 
+def held_for_good(reason: str, alone: bool = False) -> str | None:
+    """Why a pending job with `reason` will never start, for the line that says it was cancelled;
+    None where it may yet. `alone`: no other job of its user runs, so a per-user limit of its QOS
+    or association (QOSMaxGRESPerUser, ...) that it is over is over by this job alone."""
+    if never_starts(reason):
+        return f"{reason}: over a per-job limit of its QOS, account or partition"
+    if alone and held_by_limit(reason) and "PerUser" in reason:
+        return f"{reason}: over a per-user limit of its QOS or account by itself, no other job of its user running"
+    return None
+
+
+def users_running_command(job_id: str) -> str:
+    """The ids of the running jobs of `job_id`'s user (none: a per-user limit it waits on is its own)."""
+    return f"squeue -h -t running,completing -u \"$(squeue -h -j {shlex.quote(job_id)} -o %u)\" -o %i"
+
+
 @dataclass(frozen=True)
 class QueueState:
     state: str  # PENDING, RUNNING, COMPLETING, ...

@@ -144,15 +144,15 @@ def accounted(launcher: Host, job_id: str) -> slurm.AccountedJob | None:
 
 def ending(job: slurm.AccountedJob | None, job_id: str, interrupted: bool, time_limit_s: float | None,
            held: str = "", unavailable: str = "") -> JobExit:
-    """How the Slurm job ended, as pycli says it (pycli.jobs.processes.JobExit); `held`: the pending
-    reason for which pycli cancelled it, as it would never start (slurm.never_starts, requeued
-    held); `unavailable`: the nodes of its fixed node list that kept it from starting."""
+    """How the Slurm job ended, as pycli says it (pycli.jobs.processes.JobExit); `held`: why pycli
+    cancelled it, as it would never start (slurm.held_for_good, or its pending reason where it was
+    requeued held); `unavailable`: the nodes of its fixed node list that kept it from starting."""
     if slurm.requeued_held(held):
         return JobExit(EXIT_FAILED, f"Slurm job {job_id} was requeued held ({held}) and would wait for an "
                                     "administrator for good, so pycli cancelled it", final=True)
     if held:
-        return JobExit(EXIT_BAD_INPUT, f"Slurm job {job_id} would never start as asked ({held}: over a per-job limit "
-                                       "of its QOS, account or partition), so pycli cancelled it", final=True)
+        return JobExit(EXIT_BAD_INPUT, f"Slurm job {job_id} would never start as asked ({held}), so pycli cancelled it",
+                       final=True)
     if unavailable:
         return JobExit(EXIT_FAILED, f"Slurm job {job_id} could not start: {unavailable}, a node it was submitted to "
                                     f"for {UNAVAILABLE_GRACE_S} s; pycli cancelled it (a new job leaves such a node out)",

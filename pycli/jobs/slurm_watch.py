@@ -6,8 +6,9 @@ pycli.jobs.slurm's command lines.
 Only an answer of Slurm's ends a watch. A connection that drops (a laptop lid, a VPN that
 switches, sshd refusing new logins) is not the job's end: the watch connects again, and where it
 cannot within RECONNECT_S it ends as `lost`, having touched nothing, the job going on in Slurm.
-A job that can never start as asked (a QOS's per-job limit, requeued held, a node of its fixed
-node list drained or down for UNAVAILABLE_GRACE_S) is cancelled, and the watch says why.
+A job that can never start as asked (a QOS's per-job limit, a per-user limit it is over alone,
+requeued held, a node of its fixed node list drained or down, the last two for
+UNAVAILABLE_GRACE_S) is cancelled, and the watch says why.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class SlurmWatch:
         self.cancelled_at: float | None = None
         self.nodes_checked = 0.0
         self.unavailable_since: dict[str, float] = {}
+        self.alone_since: float | None = None
 
     @property
     def output_file(self) -> PurePosixPath:
@@ -119,9 +121,8 @@ class SlurmWatch:
             waited = f" after {time.monotonic() - self.started:.1f} s" if state.state == "RUNNING" and self.submitted else ""
             self.write(f"pycli: Slurm job {self.job_id} {state.state}{why}{where}{waited}")
         self.last = state
-        if state.state == "PENDING" and not self.held and (slurm.never_starts(state.reason)
-                                                            or slurm.requeued_held(state.reason)):
-            self.held = state.reason
+        if state.state == "PENDING" and not self.held:
+            self.held = slurm.held_for_good(state.reason) or (state.reason if slurm.requeued_held(state.reason) else "")
         if self.output is None and state.batch_host in self.hosts and state.state in ("RUNNING", "COMPLETING"):
             self._start_output(state.batch_host)
 
@@ -155,10 +156,23 @@ class SlurmWatch:
         if (self.output is not None and self.output.proc.poll() not in (None, 0) and self.last is not None
                 and self.last.state == "RUNNING" and self.last.batch_host in self.hosts):
             self._start_output(self.last.batch_host)  # its connection dropped: from the next line on
-        if self.last is not None and self.last.state == "PENDING" and self.nodes and now - self.nodes_checked >= NODE_CHECK_S:
+        if self.last is not None and self.last.state == "PENDING" and now - self.nodes_checked >= NODE_CHECK_S:
             self.nodes_checked = now
-            self._check_nodes(now)
+            if self.nodes:
+                self._check_nodes(now)
+            if slurm.held_by_limit(self.last.reason):
+                self._check_alone(now, self.last.reason)
         return False
+
+    def _check_alone(self, now: float, reason: str) -> None:
+        """A job held by a per-user limit while no other job of its user runs is over it alone."""
+        answer = ssh_each([(self.launcher, slurm.users_running_command(self.job_id))], shared=True)[self.launcher.name]
+        if not answer.ok or answer.stdout.split():
+            self.alone_since = None
+            return
+        self.alone_since = self.alone_since or now
+        if now - self.alone_since >= UNAVAILABLE_GRACE_S and not self.held:
+            self.held = slurm.held_for_good(reason, alone=True) or ""
 
     def _check_nodes(self, now: float) -> None:
         answer = ssh_each([(self.launcher, slurm_nodes.SINFO_NODES_COMMAND)], shared=True)[self.launcher.name]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 
 import pytest
 
@@ -369,7 +370,8 @@ def test_a_job_held_for_good_ends_as_bad_input_with_its_reason():
 
     cancelled = slurm.AccountedJob(job_id="42", user="root", state="CANCELLED", exit_code=0, signal=0, submit="", start="",
                                    elapsed="", nodes="", reason="", name="pycli-mnist")
-    ended = slurm_jobs.ending(cancelled, "42", interrupted=False, time_limit_s=None, held="QOSMaxWallDurationPerJobLimit")
+    held = slurm.held_for_good("QOSMaxWallDurationPerJobLimit")
+    ended = slurm_jobs.ending(cancelled, "42", interrupted=False, time_limit_s=None, held=held)
     assert ended.code == EXIT_BAD_INPUT
     assert ended.why == ("Slurm job 42 would never start as asked (QOSMaxWallDurationPerJobLimit: over a per-job limit of "
                          "its QOS, account or partition), so pycli cancelled it")
@@ -608,3 +610,29 @@ def test_an_sbatch_that_timed_out_but_queued_the_job_all_the_same_has_it_cancell
     with pytest.raises(PycliError, match="Invalid account$"):
         slurm_jobs.submit(plan, "#!/bin/bash\n")
     assert asked == []
+
+
+def test_a_job_over_a_per_user_limit_by_itself_is_cancelled_and_one_behind_the_user_s_other_job_waits(
+        tmp_path, monkeypatch):
+    # QOSMaxGRESPerUser without DenyOnLimit: while another job of the user runs, the job waits its
+    # turn; with none running, the job alone is over the limit and would wait for ever.
+    bin_dir = _fake_slurm(tmp_path, monkeypatch, (
+        'case $1 in\n'
+        '  squeue) case "$*" in\n'
+        '      *"-o %u"*) echo root ;;\n'
+        '      *" -u "*) cat "$d/running" 2>/dev/null ;;\n'
+        '      *) [ -f "$d/cancelled" ] && echo "CANCELLED|None|n/a|" || echo "PENDING|QOSMaxGRESPerUser|n/a|" ;;\n'
+        '    esac ;;\n'
+        '  scancel) touch "$d/cancelled" ;;\n'
+        'esac\n'))
+    (bin_dir / "running").write_text("41\n")
+    import threading
+
+    ended: list[float] = []
+    threading.Timer(3, lambda: (ended.append(time.time()), (bin_dir / "running").write_text(""))).start()
+    watched, said = _watch(monkeypatch)  # the user's other job ends 3 s in
+    assert ended and (bin_dir / "cancelled").stat().st_mtime >= ended[0]  # not cancelled while it ran
+    assert watched.held == ("QOSMaxGRESPerUser: over a per-user limit of its QOS or account by itself, no other job "
+                            "of its user running"), said
+    assert (bin_dir / "cancelled").exists()
+    assert slurm.held_for_good("QOSMaxGRESPerUser") is None and slurm.held_for_good("Resources", alone=True) is None
