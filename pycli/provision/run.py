@@ -106,16 +106,32 @@ def unfinished_line(view: ProvisionView, cluster: Cluster) -> str:
     return f"not finished: {named}; once fixed, 'pycli provision {cluster.inventory_path} --retry' runs on just these"
 
 
+def _ran_slurm(request: ProvisionRequest) -> bool:
+    """The run went through the slurm role (site.yml, its tag not left out)."""
+    return ((request.tags is None or "slurm" in request.tags.split(","))
+            and "slurm" not in (request.skip_tags or "").split(",") and request.playbook in ENDS_WITH_RECAP)
+
+
+def stale_slurm_line(view: ProvisionView, cluster: Cluster, request: ProvisionRequest) -> str:
+    """Where a run through the slurm role did not finish on some nodes, they keep the slurm.conf
+    they had while the others have the new one: one line that says so, and what mends it."""
+    left = [name for name, state in view.states().items() if state != OK]
+    if not cluster.has_slurm or not left or not _ran_slurm(request) or request.check:
+        return ""
+    one = len(left) == 1
+    return (f"Slurm: {', '.join(left)} {'keeps' if one else 'keep'} the slurm.conf {'it' if one else 'they'} had, unlike "
+            f"the other nodes; run 'pycli provision {cluster.inventory_path} --tags slurm --retry' once "
+            f"{'it answers' if one else 'they answer'}")
+
+
 def drain_again(cluster: Cluster, request: ProvisionRequest, view: ProvisionView, say: Callable[[str], None]) -> None:
     """pycli's drained list, set in Slurm again once a run has been through the slurm role on the
     controller: whatever Slurm lost of it (a node it forgot, a state file gone), the list stands;
     a node Slurm has drained already keeps Slurm's reason."""
     from pycli.jobs.slurm_queue import set_drained
 
-    ran_slurm = ((request.tags is None or "slurm" in request.tags.split(","))
-                 and "slurm" not in (request.skip_tags or "").split(",") and request.playbook in ENDS_WITH_RECAP)
     controller = cluster.slurm_controller
-    if (not cluster.drained or not ran_slurm or request.check or controller not in view.hosts
+    if (not cluster.drained or not _ran_slurm(request) or request.check or controller not in view.hosts
             or view.state(controller) != OK):
         return
     set_drained(cluster, {entry.node: entry.reason for entry in cluster.drained}, say,
@@ -173,7 +189,8 @@ def provision(cluster: Cluster, request: ProvisionRequest, console: Console | No
         console.print(f"provisioned {len(cluster.hosts)} host(s) in {took:.0f} s; details in {run_dir}")
     else:
         console.print(f"provisioning failed after {took:.0f} s; full log and events in {run_dir}")
-        if line := unfinished_line(view, cluster):
-            console.print(line)
+        for line in (unfinished_line(view, cluster), stale_slurm_line(view, cluster, request)):
+            if line:
+                console.print(line)
     return code
 

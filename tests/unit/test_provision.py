@@ -2,6 +2,7 @@
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,15 @@ from pycli.cluster.model import Cluster, Host
 from pycli.core.errors import EXIT_INTERRUPTED, BadInput
 from pycli.provision.extra_vars import parse_extra_vars
 from pycli.provision.recap import END_TASK, last_unfinished
-from pycli.provision.run import CACHE_PLAYBOOK, ProvisionRequest, build_request, exit_code, provision, unfinished_line
+from pycli.provision.run import (
+    CACHE_PLAYBOOK,
+    ProvisionRequest,
+    build_request,
+    exit_code,
+    provision,
+    stale_slurm_line,
+    unfinished_line,
+)
 from pycli.provision.view import ProvisionView, RunDisplay
 
 
@@ -233,6 +242,14 @@ def test_a_host_that_never_reached_the_end_of_site_yml_is_incomplete_not_ok():
     cluster = Cluster(hosts=(Host("n1", "a"), Host("n2", "b"), Host("n3", "c")), launcher="n1", inventory=Path("c.ini"))
     line = unfinished_line(view, cluster)
     assert line == "not finished: n2 incomplete, n3 unreachable; once fixed, 'pycli provision c.ini --retry' runs on just these"
+    # A run through the slurm role that did not reach every node: those keep the slurm.conf they had.
+    assert stale_slurm_line(view, cluster, ProvisionRequest()) == ""  # no Slurm
+    slurm_cluster = replace(cluster, slurm_controller="n1")
+    assert stale_slurm_line(view, slurm_cluster, ProvisionRequest(tags="slurm")) == (
+        "Slurm: n2, n3 keep the slurm.conf they had, unlike the other nodes; run 'pycli provision c.ini --tags slurm "
+        "--retry' once they answer")
+    assert stale_slurm_line(view, slurm_cluster, ProvisionRequest(tags="docker")) == ""
+    assert stale_slurm_line(view, slurm_cluster, ProvisionRequest(skip_tags="slurm")) == ""
     # Without the unreachable host, an incomplete one still fails the run.
     view.hosts.pop("n3")
     view.hosts.pop("localhost")
