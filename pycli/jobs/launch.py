@@ -319,9 +319,14 @@ def slurm_ssh_script(plan: JobPlan) -> str:
         'first=$(mktemp) || exit 255',
         'trap \'rm -f "$first"\' EXIT',
         "exec 3>&1",  # srun's stdout as it is; its stderr through awk, which keeps the first line
+        # horovodrun ends a login by signalling this shell; srun and awk must end with it (SIGKILL
+        # as it goes): an srun left behind, waiting on a node that is gone, keeps the output open and
+        # horovodrun waiting until Slurm gives the node up (minutes).
         f"for _ in $(seq {STEP_TRIES}); do",
-        '    srun --nodes=1 --ntasks=1 --nodelist="$node" --overlap --mpi=none --cpu-bind=none --quiet bash -c "$*" \\',
-        '        2>&1 >&3 3>&- | awk -v f="$first" \'NR == 1 { print > f; close(f) } { print; fflush() }\' >&2 3>&-',
+        '    setpriv --pdeathsig KILL srun --nodes=1 --ntasks=1 --nodelist="$node" --overlap --mpi=none --cpu-bind=none '
+        '--quiet bash -c "$*" \\',
+        '        2>&1 >&3 3>&- | setpriv --pdeathsig KILL \\',
+        '        awk -v f="$first" \'NR == 1 { print > f; close(f) } { print; fflush() }\' >&2 3>&-',
         "    code=${PIPESTATUS[0]}",
         "    [ $code -ne 0 ] && grep -q '^srun: error: Unable to create step' \"$first\" || exit $code",
         '    : >"$first"',
