@@ -70,8 +70,8 @@ def bench(cluster: Cluster, request: BenchRequest, *, write: Callable[[str], Non
         return _bench(cluster, request, run_dir, write)
     # On a cluster with Slurm the runs never share a node with someone's job, and no job starts on
     # a node while it is measured: the idle nodes are held, as for pycli check.
-    from pycli.health.slurm_hold import held_for_check
     from pycli.jobs.slurm import JOB_NAME_PREFIX
+    from pycli.jobs.slurm_hold import held_for_check
 
     with held_for_check(cluster, f"{JOB_NAME_PREFIX}bench-{run_dir.name}", write, what="bench") as hold:
         return _bench(hold.cluster, request, run_dir, write)

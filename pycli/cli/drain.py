@@ -21,7 +21,7 @@ def drain_cmd(
     On a cluster with Slurm, Slurm's state too: DRAIN with the reason (running jobs finish)."""
     from pycli.cli.options import load_inventory
     from pycli.cluster.drained import drain
-    from pycli.jobs.slurm_queue import set_drained
+    from pycli.cluster.slurm_state import set_drained
 
     cluster = load_inventory(None, inventory)
     entries = drain(cluster, nodes or [], reason)
@@ -45,8 +45,8 @@ def undrain_cmd(
     without --force (exit 1)."""
     from pycli.cli.options import load_inventory
     from pycli.cluster.drained import undrain
+    from pycli.cluster.slurm_state import set_resumed
     from pycli.core.errors import EXIT_FAILED, notice
-    from pycli.jobs.slurm_queue import set_resumed
 
     cluster = load_inventory(None, inventory)
     ours = {entry.node: entry.reason for entry in cluster.drained}

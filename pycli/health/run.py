@@ -18,7 +18,7 @@ from pycli.health.options import CheckOptions
 from pycli.jobs.slurm import HOLD_NAME_PREFIX
 
 if TYPE_CHECKING:
-    from pycli.health.slurm_hold import Hold
+    from pycli.jobs.slurm_hold import Hold
 
 
 def run_gates(
@@ -84,7 +84,7 @@ def drain_suspects(cluster: Cluster, suspects: dict[str, str], say: Callable[[st
     """--fence: the nodes the deep gates named go on the drained list, each with its figure, and
     on a cluster with Slurm to Slurm's DRAIN with the same reason."""
     from pycli.cluster.drained import fence
-    from pycli.jobs.slurm_queue import set_drained
+    from pycli.cluster.slurm_state import set_drained
 
     entries = fence(cluster, suspects)
     set_drained(cluster, {entry.node: entry.reason for entry in entries}, say)
@@ -94,11 +94,11 @@ def drain_suspects(cluster: Cluster, suspects: dict[str, str], say: Callable[[st
 def check(cluster: Cluster, options: CheckOptions, *, as_json: bool = False, write: Callable[[str], None] = print) -> int:
     """Run every gate against the cluster's nodes; the exit code is 0 only when all pass. On a
     cluster with Slurm, the nodes a job runs on are left out and the idle ones held for the
-    check's whole run (pycli.health.slurm_hold)."""
+    check's whole run (pycli.jobs.slurm_hold)."""
     run_dir = new_run_dir("check")
     if not cluster.has_slurm:
         return _check(cluster, options, run_dir, as_json=as_json, write=write)
-    from pycli.health.slurm_hold import held_for_check
+    from pycli.jobs.slurm_hold import held_for_check
 
     with held_for_check(cluster, f"{HOLD_NAME_PREFIX}{run_dir.name}", notice if as_json else write) as hold:
         return _check(hold.cluster, options, run_dir, as_json=as_json, write=write, hold=hold)
@@ -114,7 +114,7 @@ def _check(cluster: Cluster, options: CheckOptions, run_dir: Path, *, as_json: b
             write(f"pycli: drained: {entry.describe()}")
     slurm_lines = []
     if cluster.has_slurm:  # Slurm's own drains (its health check's, an admin's) beside pycli's list
-        from pycli.jobs.slurm_queue import unavailable_lines
+        from pycli.cluster.slurm_state import unavailable_lines
 
         slurm_lines = unavailable_lines(cluster)
         if not as_json:

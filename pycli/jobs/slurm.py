@@ -1,6 +1,6 @@
 """The one place that knows Slurm's command lines and output for jobs: what pycli asks of
 slurmctld (sbatch, salloc, squeue, sacct, scontrol, scancel) and how it reads the answers; the
-nodes' side (sinfo's states, drain and resume, hostlists) is pycli.jobs.slurm_nodes. Pure: the
+nodes' side (sinfo's states, drain and resume, hostlists) is pycli.cluster.slurm_nodes. Pure: the
 commands run on a node over SSH (pycli.jobs.slurm_queue, pycli.cli.jobs, pycli.cluster.drained's callers),
 and the parsers are tested on Slurm 22.05's own output.
 
@@ -16,8 +16,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from pycli.cluster.slurm_nodes import expand_hostlist, printable
 from pycli.core.errors import BadInput
-from pycli.jobs.slurm_nodes import expand_hostlist, printable
 
 # `pycli train --scheduler`: through Slurm's queue, or started over SSH as without Slurm.
 SLURM, SSH = "slurm", "ssh"

@@ -13,17 +13,17 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from pycli.cluster import runner
+from pycli.cluster import runner, slurm_nodes
 from pycli.cluster.drained import stamp
 from pycli.cluster.model import Cluster, Drained, Host
 from pycli.cluster.nodes import SSH_TIMEOUT_S, ssh_each, ssh_stream
 from pycli.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_UNREACHABLE, BadInput, PycliError
-from pycli.jobs import containers, slurm, slurm_nodes
+from pycli.jobs import containers, slurm
 from pycli.jobs import files as job_files
 from pycli.jobs.launch import TORCHRUN_RDZV_ID_ENV, JobPlan, NodeLayout, gpus_short, launch_commands
 from pycli.jobs.processes import JobExit
@@ -33,30 +33,6 @@ SCRIPT_NAME = "job.sbatch"
 # sacct can lag slurmctld by a moment (slurmdbd is told asynchronously): how long to ask.
 ACCOUNTING_WAIT_S = 20
 SUBMIT_TIMEOUT_S = 60
-
-
-def _ask(host: Host, command: str, what: str) -> str:
-    answer = ssh_each([(host, command)], shared=True)[host.name]
-    if not answer.ok:
-        raise PycliError(f"{what} on {host.name} failed: {answer.why()}")
-    return answer.stdout
-
-
-def node_states(cluster: Cluster) -> dict[str, slurm_nodes.NodeState]:
-    """Slurm's view of every node, asked on the launcher node."""
-    said = _ask(cluster.launcher_host, slurm_nodes.SINFO_NODES_COMMAND, "asking Slurm for its nodes")
-    return slurm_nodes.parse_sinfo_nodes(said)
-
-
-def unavailable_lines(cluster: Cluster) -> list[str]:
-    """What Slurm says of the nodes it will start no job on, a line each, for `pycli check`; a
-    line saying why when Slurm cannot be asked (not provisioned yet, slurmctld down)."""
-    try:
-        states = node_states(cluster)
-    except PycliError as exc:
-        return [f"Slurm: cannot tell its node states ({exc})"]
-    return [f"Slurm: {node.node} {node.state} ({node.reason})"
-            for node in slurm_nodes.unavailable(states, [host.name for host in cluster.hosts])]
 
 
 def without_unavailable(cluster: Cluster, states: dict[str, slurm_nodes.NodeState], say: Callable[[str], None]) -> Cluster:
@@ -215,77 +191,11 @@ def unanswering(plan: JobPlan, nodes: list[str]) -> list[str]:
     return [name for name, answer in answers.items() if not answer.ok]
 
 
-def _controller(cluster: Cluster) -> Host:
-    assert cluster.slurm_controller is not None
-    return next(host for host in cluster.hosts if host.name == cluster.slurm_controller)
-
-
-def set_drained(cluster: Cluster, reasons: dict[str, str], say: Callable[[str], None],
-                said: str = "running jobs finish; no new job starts there", keep_slurms: bool = False) -> None:
-    """Slurm's DRAIN, with each node's reason, set on the controller; a failure is said, not raised
-    (pycli's own list is changed already and every pycli command honours it). `keep_slurms`: a
-    node Slurm has drained already keeps Slurm's reason (an administrator's, the health check's)."""
-    if not cluster.has_slurm or not reasons:
-        return
-    if keep_slurms:
-        try:
-            states = node_states(cluster)
-        except PycliError:
-            states = {}
-        kept = {node: states[node].reason for node in reasons if node in states and "drain" in states[node].state}
-        for node, reason in kept.items():
-            say(f"Slurm: {node} is drained already; its reason kept: {slurm_nodes.printable(reason)}")
-        reasons = {node: reason for node, reason in reasons.items() if node not in kept}
-        if not reasons:
-            return
-    controller = _controller(cluster)
-    by_reason: dict[str, list[str]] = {}
-    for node, reason in reasons.items():
-        by_reason.setdefault(reason, []).append(node)
-    command = " && ".join(slurm_nodes.drain_command(nodes, reason) for reason, nodes in by_reason.items())
-    answer = ssh_each([(controller, command)], shared=True)[controller.name]
-    if answer.ok:
-        say(f"Slurm: {', '.join(reasons)} DRAIN ({said})")
-    else:
-        say(f"pycli: Slurm did not drain {', '.join(reasons)} ({answer.why()}); run '{command}' on {controller.name}")
-
-
-# The reasons pycli's node gate gives Slurm (pycli_node.node_gate: health check, prolog, epilog).
-NODE_GATE_REASONS = ("pycli health: ", "pycli prolog: ", "pycli epilog: ")
-
-
-def set_resumed(cluster: Cluster, nodes: list[str], say: Callable[[str], None], ours: Mapping[str, str] | None = None,
-                force: bool = False) -> list[str]:
-    """Slurm's RESUME for those of `nodes` Slurm has drained for one of pycli's reasons (`ours`:
-    pycli's drained list's, by node; or its node gate's), set on the controller, each with the
-    reason it had; with `force`, whatever the reason. Returns the nodes left drained because
-    their reason is someone else's (an administrator's "do not resume"); a failure is said, not raised."""
-    if not cluster.has_slurm or not nodes:
-        return []
-    try:
-        states = node_states(cluster)
-    except PycliError as exc:
-        say(f"pycli: cannot tell Slurm's state of {', '.join(nodes)} ({exc}); "
-            f"run '{slurm_nodes.resume_command(nodes)}' on {cluster.slurm_controller}")
-        return []
-    drained = {node: states[node].reason for node in nodes if node in states and "drain" in states[node].state}
-    theirs = [node for node, reason in drained.items()
-              if not force and reason != (ours or {}).get(node) and not reason.startswith(NODE_GATE_REASONS)]
-    for node in theirs:
-        say(f"pycli: {node} stays drained in Slurm: its reason is not pycli's ({slurm_nodes.printable(drained[node])}); "
-            f"'pycli undrain {node} --force' resumes it")
-    resumed = [node for node in drained if node not in theirs]
-    if not resumed:
-        return theirs
-    controller = _controller(cluster)
-    answer = ssh_each([(controller, slurm_nodes.resume_command(resumed))], shared=True)[controller.name]
-    if answer.ok:
-        was = "; ".join(f"{node}: {slurm_nodes.printable(drained[node])}" for node in resumed)
-        say(f"Slurm: {', '.join(resumed)} RESUME (jobs start there again; drained for {was})")
-    else:
-        say(f"pycli: Slurm did not resume {', '.join(resumed)} ({answer.why()}); run "
-            f"'{slurm_nodes.resume_command(resumed)}' on {controller.name}")
-    return theirs
+def _ask(host: Host, command: str, what: str) -> str:
+    answer = ssh_each([(host, command)], shared=True)[host.name]
+    if not answer.ok:
+        raise PycliError(f"{what} on {host.name} failed: {answer.why()}")
+    return answer.stdout
 
 
 def _where(launcher: Host, job_id: str) -> dict[str, str] | None:

@@ -20,9 +20,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from pycli.cluster import slurm_nodes
 from pycli.cluster.model import Host
 from pycli.cluster.nodes import RemoteProcess, ssh_each
-from pycli.jobs import slurm, slurm_nodes
+from pycli.jobs import slurm
 from pycli.jobs.processes import STOP_GRACE_S
 
 # How long a watch tries to see the job again after its connection dropped, and how often.

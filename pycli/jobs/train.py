@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pycli.cluster import runner
+from pycli.cluster import runner, slurm_nodes, slurm_state
 from pycli.cluster.hostfiles import fill_slots, render_hostfile
 from pycli.cluster.model import INTERFACE_VAR, JOBS_KEPT_VAR, NODE_GATE_VAR, Cluster, interface_problem
 from pycli.core.errors import (
@@ -34,7 +34,7 @@ from pycli.core.errors import (
     warn,
 )
 from pycli.core.paths import PROJECT_ROOT, WORKLOADS_DIR, cache_dir, new_run_dir
-from pycli.jobs import containers, slurm_nodes
+from pycli.jobs import containers
 from pycli.jobs import files as job_files
 from pycli.jobs import slurm_queue as slurm_jobs
 from pycli.jobs import trust as job_trust
@@ -332,7 +332,7 @@ def run_job(
     plan = plan_job(cluster, request, layout=layout_of(cluster), job_id=new_job_id())  # bad input before any node
     node_states: dict[str, slurm_nodes.NodeState] = {}
     if plan.slurm:  # the nodes Slurm will not start a job on (its health check drained them) are left out
-        node_states = slurm_jobs.node_states(cluster)
+        node_states = slurm_state.node_states(cluster)
         if (usable := slurm_jobs.without_unavailable(cluster, node_states, write)) is not cluster:
             plan = plan_job(usable, request, layout=layout_of(usable), job_id=plan.job_id)
     inventory = cluster.inventory_path

@@ -128,7 +128,7 @@ def drain_again(cluster: Cluster, request: ProvisionRequest, view: ProvisionView
     """pycli's drained list, set in Slurm again once a run has been through the slurm role on the
     controller: whatever Slurm lost of it (a node it forgot, a state file gone), the list stands;
     a node Slurm has drained already keeps Slurm's reason."""
-    from pycli.jobs.slurm_queue import set_drained
+    from pycli.cluster.slurm_state import set_drained
 
     controller = cluster.slurm_controller
     if (not cluster.drained or not _ran_slurm(request) or request.check or controller not in view.hosts

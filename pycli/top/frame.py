@@ -10,10 +10,11 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from pycli.cluster import slurm_nodes
 from pycli.cluster.model import Cluster
 from pycli.cluster.nodes import ssh_each
 from pycli.core.errors import BadInput
-from pycli.jobs import slurm, slurm_nodes
+from pycli.jobs import slurm
 from pycli.jobs.launch import NodeLayout
 from pycli.top.model import ClusterSide, Frame, NodeSample, node_views
 from pycli.top.probe import probe_command, samples_from_answers

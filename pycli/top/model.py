@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 from pycli.cluster.model import Cluster
-from pycli.jobs.slurm_nodes import NodeState
+from pycli.cluster.slurm_nodes import NodeState
 
 # A GPU this hot (degrees C) counts against its node in the worst-first order and shows red.
 HOT_C = 85.0

@@ -1,4 +1,4 @@
-"""pycli.health.slurm_hold: which nodes `pycli check` holds in Slurm, checks unheld, or leaves to
+"""pycli.jobs.slurm_hold: which nodes `pycli check` holds in Slurm, checks unheld, or leaves to
 their jobs; and the salloc and scancel lines it holds and releases them with."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ import pytest
 
 from pycli.cluster.model import Cluster, Host
 from pycli.core.errors import PycliError
-from pycli.health.slurm_hold import plan_hold
-from pycli.jobs import slurm, slurm_nodes
+from pycli.jobs.slurm_hold import plan_hold
+from pycli.cluster import slurm_nodes
+from pycli.jobs import slurm
 
 HOSTS = tuple(Host(name=f"node{i}", address=f"10.0.0.{i}", slots=4) for i in (1, 2, 3, 4))
 CLUSTER = Cluster(hosts=HOSTS, launcher="node1", slurm_controller="node1")
@@ -76,9 +77,10 @@ def test_a_node_slurm_does_not_know_is_checked_unheld_and_named():
 
 
 def _ssh_each(monkeypatch, answers: dict[str, tuple[int, str]]) -> list[str]:
-    """ssh_each of pycli.health.slurm_hold: each host answers (rc, stdout); the hosts asked, in order."""
+    """ssh_each of pycli.jobs.slurm_hold: each host answers (rc, stdout); the hosts asked, in order."""
+    from pycli.cluster import slurm_state
     from pycli.cluster.nodes import NodeOutput
-    from pycli.health import slurm_hold
+    from pycli.jobs import slurm_hold
 
     asked: list[str] = []
 
@@ -91,11 +93,12 @@ def _ssh_each(monkeypatch, answers: dict[str, tuple[int, str]]) -> list[str]:
         return out
 
     monkeypatch.setattr(slurm_hold, "ssh_each", ssh_each)
+    monkeypatch.setattr(slurm_state, "ssh_each", ssh_each)
     return asked
 
 
 def test_slurm_is_asked_on_the_controller_or_another_node_where_the_launcher_does_not_answer(monkeypatch):
-    from pycli.health.slurm_hold import ask_slurm
+    from pycli.cluster.slurm_state import ask_slurm
 
     cluster = Cluster(hosts=HOSTS, launcher="node2", slurm_controller="node3")
     asked = _ssh_each(monkeypatch, {"node2": (255, "ssh: connect to host 10.0.0.2 port 22: No route to host"),
@@ -110,7 +113,7 @@ def test_slurm_is_asked_on_the_controller_or_another_node_where_the_launcher_doe
 
 
 def test_where_slurm_cannot_be_asked_every_node_is_checked_unheld_and_the_check_fails(monkeypatch):
-    from pycli.health.slurm_hold import held_for_check
+    from pycli.jobs.slurm_hold import held_for_check
 
     _ssh_each(monkeypatch, {"node1": (1, "squeue: error: Unable to contact slurm controller (connect failure)")})
     said: list[str] = []
@@ -125,8 +128,9 @@ def test_a_closed_terminal_releases_the_hold_at_once(monkeypatch):
     import os
     import signal
 
+    from pycli.cluster import slurm_state
     from pycli.cluster.nodes import NodeOutput
-    from pycli.health import slurm_hold
+    from pycli.jobs import slurm_hold
 
     asked: list[str] = []
 
@@ -142,6 +146,7 @@ def test_a_closed_terminal_releases_the_hold_at_once(monkeypatch):
         return out
 
     monkeypatch.setattr(slurm_hold, "ssh_each", ssh_each)
+    monkeypatch.setattr(slurm_state, "ssh_each", ssh_each)
     before = signal.getsignal(signal.SIGHUP)
     with pytest.raises(SystemExit) as ended:
         with slurm_hold.held_for_check(CLUSTER, "pycli-check-x", lambda line: None):

@@ -12,7 +12,8 @@ import pytest
 from pycli.cli.app import main
 from pycli.cluster.model import Cluster, Host
 from pycli.core.errors import BadInput
-from pycli.jobs import slurm, slurm_nodes
+from pycli.cluster import slurm_nodes
+from pycli.jobs import slurm
 from pycli.jobs.launch import GPUS_VAR, HOROVOD_CPU_ENV, NodeLayout, gpus_short, launch_commands
 from pycli.jobs.slurm_queue import batch_job
 from pycli.jobs.train import JobRequest, plan_job

@@ -8,7 +8,8 @@ import time
 import pytest
 
 from pycli.core.errors import BadInput
-from pycli.jobs import slurm, slurm_nodes
+from pycli.cluster import slurm_nodes
+from pycli.jobs import slurm
 
 
 def test_the_default_is_slurm_where_the_inventory_has_it():
@@ -508,8 +509,8 @@ def test_a_watch_that_cannot_connect_again_ends_as_lost_and_touches_nothing(tmp_
 def _answering(monkeypatch, sinfo: str) -> list[str]:
     """ssh_each of pycli.jobs.slurm_queue answering sinfo with `sinfo` and every other command with
     success; the commands it was given, in order."""
+    from pycli.cluster import slurm_state
     from pycli.cluster.nodes import NodeOutput
-    from pycli.jobs import slurm_queue as slurm_jobs
 
     asked: list[str] = []
 
@@ -518,7 +519,7 @@ def _answering(monkeypatch, sinfo: str) -> list[str]:
         return {host.name: NodeOutput(host.name, 0, sinfo if command.startswith("sinfo") else "")
                 for host, command in commands}
 
-    monkeypatch.setattr(slurm_jobs, "ssh_each", ssh_each)
+    monkeypatch.setattr(slurm_state, "ssh_each", ssh_each)
     return asked
 
 
@@ -526,31 +527,31 @@ SINFO = "node1|drained|gpu:2|RMA GPU3, do not resume\nnode2|drained|gpu:2|fan no
 
 
 def test_undrain_resumes_pycli_s_drains_and_keeps_an_administrator_s_unless_forced(monkeypatch):
+    from pycli.cluster import slurm_state
     from pycli.cluster.model import Cluster, Host
-    from pycli.jobs import slurm_queue as slurm_jobs
 
     hosts = tuple(Host(f"node{i}", f"10.0.0.{i}") for i in (1, 2, 3))
     cluster = Cluster(hosts=hosts, launcher="node1", slurm_controller="node1")
     asked = _answering(monkeypatch, SINFO)
     said: list[str] = []
-    kept = slurm_jobs.set_resumed(cluster, ["node1", "node2", "node3"], said.append, {"node2": "fan noise"})
+    kept = slurm_state.set_resumed(cluster, ["node1", "node2", "node3"], said.append, {"node2": "fan noise"})
     assert kept == ["node1"] and asked[-1] == "scontrol update nodename=node2,node3 state=resume"
     assert said[0] == ("pycli: node1 stays drained in Slurm: its reason is not pycli's (RMA GPU3, do not resume); "
                        "'pycli undrain node1 --force' resumes it")
     assert said[1] == "Slurm: node2, node3 RESUME (jobs start there again; drained for node2: fan noise; node3: pycli health: x)"
-    assert slurm_jobs.set_resumed(cluster, ["node1"], said.append, {}, force=True) == []
+    assert slurm_state.set_resumed(cluster, ["node1"], said.append, {}, force=True) == []
     assert asked[-1] == "scontrol update nodename=node1 state=resume"
 
 
 def test_drained_again_after_provisioning_a_node_keeps_the_reason_slurm_has(monkeypatch):
+    from pycli.cluster import slurm_state
     from pycli.cluster.model import Cluster, Host
-    from pycli.jobs import slurm_queue as slurm_jobs
 
     hosts = tuple(Host(f"node{i}", f"10.0.0.{i}") for i in (1, 2, 3, 4))
     cluster = Cluster(hosts=hosts, launcher="node1", slurm_controller="node1")
     asked = _answering(monkeypatch, SINFO + "node4|idle|gpu:2|none\n")
     said: list[str] = []
-    slurm_jobs.set_drained(cluster, {"node1": "PSU swap", "node4": "PSU swap"}, said.append, keep_slurms=True)
+    slurm_state.set_drained(cluster, {"node1": "PSU swap", "node4": "PSU swap"}, said.append, keep_slurms=True)
     assert said[0] == "Slurm: node1 is drained already; its reason kept: RMA GPU3, do not resume"
     assert asked[-1].startswith("scontrol update nodename=node4 state=drain") and "node1" not in asked[-1]
 

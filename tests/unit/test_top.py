@@ -16,7 +16,7 @@ from pycli.cluster.nodes import NodeOutput
 from pycli.core.errors import BadInput
 from pycli.jobs.launch import NodeLayout
 from pycli.jobs.slurm import parse_squeue, running_jobs_by_node
-from pycli.jobs.slurm_nodes import NodeState, expand_hostlist
+from pycli.cluster.slurm_nodes import NodeState, expand_hostlist
 from pycli.top.frame import TopRequest
 from pycli.top.model import ClusterSide, Frame, GpuSample, NodeSample, NodeView, node_views
 from pycli.top.probe import node_sample, parse_apps, parse_query_gpu, probe_command, samples_from_answers

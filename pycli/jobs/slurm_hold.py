@@ -1,4 +1,5 @@
-"""`pycli check` on a cluster with Slurm: the nodes it measures held in Slurm for its whole run.
+"""`pycli check` and `pycli bench` on a cluster with Slurm: the nodes they measure held in Slurm
+for their whole run (an allocation of no job's but theirs).
 
 The check's gates load the nodes (the allreduce job, the deep gates' compute and link probes),
 so on a shared cluster they must never share a node with someone's job, and no job may start
@@ -17,7 +18,7 @@ node and the jobs running on each:
   unheld, the check says why, and it fails: the health tool reports most when the cluster is
   least healthy. Slurm is asked on the launcher node, else on the controller or another node.
 
-Command lines and parsers: pycli.jobs.slurm (salloc, squeue, scancel) and pycli.jobs.slurm_nodes (sinfo).
+Command lines and parsers: pycli.jobs.slurm (salloc, squeue, scancel) and pycli.cluster.slurm_nodes (sinfo).
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
+from pycli.cluster import slurm_nodes
 from pycli.cluster.model import Cluster, Host
-from pycli.cluster.nodes import connection_lost, ssh_each
+from pycli.cluster.nodes import ssh_each
+from pycli.cluster.slurm_state import ask_slurm
 from pycli.core.errors import PycliError
-from pycli.jobs import slurm, slurm_nodes
+from pycli.jobs import slurm
 
 
 @dataclass(frozen=True)
@@ -82,23 +85,6 @@ def _busy_words(busy: dict[str, list[str]]) -> list[str]:
 
 # Between the two answers of one SSH command.
 _SPLIT = "@@pycli-sinfo"
-
-
-def ask_slurm(cluster: Cluster, command: str) -> tuple[Host, str]:
-    """`command` (Slurm's client tools) on the launcher node, else, where SSH cannot reach it, on the
-    controller or the next node that answers: the node that answered and what it printed. A
-    failure of Slurm's own (slurmctld down) would be the same on every node: raised at once."""
-    first = [cluster.launcher, cluster.slurm_controller]
-    order = sorted(cluster.hosts, key=lambda host: first.index(host.name) if host.name in first else len(first))
-    lost: list[str] = []
-    for host in order:
-        answer = ssh_each([(host, command)], shared=True)[host.name]
-        if answer.ok:
-            return host, answer.stdout
-        if not connection_lost(host, answer.rc):
-            raise PycliError(f"{'; '.join([*lost, ''])}on {host.name}: {answer.why()}")
-        lost.append(f"{host.name} does not answer")
-    raise PycliError("; ".join(lost) or "no node to ask")
 
 
 @contextmanager

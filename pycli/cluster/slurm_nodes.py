@@ -1,7 +1,8 @@
 """The one place that knows Slurm's node states: sinfo's answer as pycli reads it, drain and
-resume, and Slurm's hostlists ("node[1-3]"). Pure, as pycli.jobs.slurm (the jobs' side): the
-commands run on a node over SSH (pycli.jobs.slurm_queue), and the parsers are tested on Slurm
-22.05's own output.
+resume, Slurm's hostlists ("node[1-3]") and its free text made printable. Pure, as
+pycli.jobs.slurm (the jobs' side): the commands run on a node over SSH (pycli.cluster.slurm_state),
+and the parsers are tested on Slurm 22.05's own output. In the cluster layer, so that provision,
+health, top and drain reach Slurm's node states without the jobs' side.
 """
 
 from __future__ import annotations
