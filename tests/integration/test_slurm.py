@@ -770,9 +770,10 @@ def test_every_launcher_s_ranks_run_inside_their_slurm_job_with_its_gpus_only_an
                      *LAUNCHERS[launcher], "--", "0", str(BURN_S), timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     job_id = slurm_job_id(proc.stdout)
-    # raw_decode: mpirun's --tag-output may follow a rank's line with the tag of an empty chunk.
-    probes = sorted((json.JSONDecoder().raw_decode(line.split("GPUS ", 1)[1])[0] for line in proc.stdout.splitlines()
-                     if "GPUS {" in line), key=lambda p: p["rank"])
+    # Every "GPUS {...}" wherever it stands: mpirun's --tag-output may put two ranks' lines on one
+    # ("[1,3]<stdout>:GPUS {...}[1,2]<stdout>:GPUS {...}").
+    probes = sorted((json.JSONDecoder().raw_decode(proc.stdout, found.end())[0]
+                     for found in re.finditer(r"GPUS (?=\{)", proc.stdout)), key=lambda p: p["rank"])
     assert sorted((p["rank"], p["host"]) for p in probes) == [(0, "node1"), (1, "node1"), (2, "node2"), (3, "node2")] or (
         launcher == "torchrun" and sorted(p["host"] for p in probes) == ["node1", "node1", "node2", "node2"]), probes
     for probe in probes:
