@@ -283,8 +283,10 @@ def _create(client: docker.DockerClient, plan: ClusterPlan, tag: str, secrets: P
         host_config = client.api.create_host_config(
             # SYS_ADMIN for systemd; NET_ADMIN so a test can slow a node's link (tc), as a bad cable would;
             # SYS_PTRACE because Docker's seccomp profile refuses process_vm_readv without it, and Open MPI's
-            # shared-memory single copy (CMA) between a node's ranks needs that call, as on a server.
-            cap_add=["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE"],
+            # shared-memory single copy (CMA) between a node's ranks needs that call, as on a server;
+            # SYS_NICE because slurmstepd (root) binds a job's processes to their CPUs after they became the
+            # job's user's, which root may do only with it: without it a job of any user but root never starts.
+            cap_add=["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE", "SYS_NICE"],
             binds=["/sys/fs/cgroup:/sys/fs/cgroup:rw"],
             cgroupns="host",
             # A node's stand-in GPUs (role slurm's slurm_standin_gpus) may be opened where Slurm lets a job,
