@@ -12,6 +12,7 @@ import io
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -786,6 +787,82 @@ def test_every_launcher_s_ranks_run_inside_their_slurm_job_with_its_gpus_only_an
     on_node2 = sum(_cpu_seconds(cpu) for step, nodes, cpu in (line.split("|") for line in steps.splitlines() if line)
                    if "." in step and ("node2" in nodes or nodes == "node[1-2]"))
     assert on_node2 >= 2 * BURN_S * 0.9, steps  # node2's two ranks, accounted in the job's steps there
+
+
+USER, USER_ID = "pyclitest", 2001  # a user of the team, made on both nodes by the test below
+
+
+def _login(inventory_text: str, node: str, key: Path, command: str, user: str = USER, **popen) -> subprocess.Popen:
+    """`ssh USER@node command` from this machine, as a user would log in, with the cluster's host keys."""
+    address = re.search(rf"^{node} ansible_host=(\S+)", inventory_text, flags=re.M).group(1)
+    known_hosts = inventory_text.split("UserKnownHostsFile=")[1].split("'")[0]
+    return subprocess.Popen(["ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+                             "-o", f"UserKnownHostsFile={known_hosts}", "-o", "ConnectTimeout=20", f"{user}@{address}", command],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
+
+
+def _logged_in(inventory_text: str, node: str, key: Path, command: str, user: str = USER) -> tuple[int, str]:
+    login = _login(inventory_text, node, key, command, user)
+    out, _ = login.communicate(timeout=60)
+    return login.returncode, out
+
+
+def test_an_ssh_login_without_a_job_is_refused_and_one_with_a_job_is_confined_to_it_and_ends_with_it(shared_gpus, tmp_path):
+    # pam_slurm_adopt (slurm_ssh_adopt, on by default): a user's login lands in their job on the
+    # node or is refused; root, on the inventory's allow-list, logs in as before.
+    text = shared_gpus.inventory.read_text()
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    public = key.with_suffix(".pub").read_text().strip()
+    for node in ("node1", "node2"):
+        code, out = node_shell(node, f"useradd -m -u {USER_ID} -s /bin/bash {USER} && install -d -m 0700 -o {USER} -g {USER} "
+                                     f"/home/{USER}/.ssh && echo '{public}' > /home/{USER}/.ssh/authorized_keys && "
+                                     f"chown {USER}: /home/{USER}/.ssh/authorized_keys")
+        assert code == 0, out
+    job_id = ""
+    try:
+        code, out = node_run("node1", "sacctmgr", "-i", "add", "user", USER, "account=team")
+        assert code == 0, out
+        # No job: refused on both nodes; root still logs in with the cluster's key.
+        for node in ("node1", "node2"):
+            code, out = _logged_in(text, node, key, "echo logged-in")
+            assert code != 0 and "logged-in" not in out, out
+        root_key = Path(text.split("ansible_ssh_private_key_file=")[1].split()[0])
+        assert _logged_in(text, "node2", root_key, "echo logged-in", user="root") == (0, "logged-in\n")
+        # A job of one GPU on node2: a login there lands in it; node1, where the user has none, refuses.
+        code, out = node_run("node1", "runuser", "-u", USER, "--", "sbatch", "--parsable", "-w", "node2", "--gres=gpu:1",
+                             "--time=5", "-D", "/tmp", "-o", "/dev/null", "--wrap", "sleep 300")
+        assert code == 0, out
+        job_id = out.strip().splitlines()[-1].split(";")[0]
+        _wait_running("node2")
+        code, out = _logged_in(text, "node2", key, f"cat /proc/self/cgroup; python3 -c {shlex.quote(GPU_PROBE)} 0")
+        assert code == 0, out
+        if "\nslurm_cgroup=true\n" in text:  # confined where Slurm's cgroup plugins run (cgroup v1 hosts)
+            assert f"/job_{job_id}/step_extern" in out, out
+            devices = re.search(r"nvidia0=(\w+) nvidia1=(\w+)", out)
+            assert devices and sorted(devices.groups()) == ["ENXIO", "EPERM"], out
+        code, out = _logged_in(text, "node1", key, "echo logged-in")
+        assert code != 0 and "logged-in" not in out, out
+        # A login still open when the job ends ends with it.
+        held = _login(text, "node2", key, "echo holding; sleep 300")
+        assert held.stdout.readline().strip() == "holding"
+        started = time.monotonic()
+        assert node_run("node1", "scancel", job_id)[0] == 0
+        held.communicate(timeout=60)
+        print(f"\nthe open login ended {time.monotonic() - started:.1f} s after scancel")
+        ended, job_id = job_id, ""
+        deadline = time.monotonic() + 60
+        while node_run("node1", "squeue", "-h", "-j", ended, "-o", "%i")[1].strip() == ended:
+            assert time.monotonic() < deadline, f"job {ended} still in the queue 60 s after scancel"
+            time.sleep(0.5)
+        code, out = _logged_in(text, "node2", key, "echo logged-in")  # the job gone, so is the way in
+        assert code != 0 and "logged-in" not in out, out
+    finally:
+        if job_id:
+            node_run("node1", "scancel", job_id)
+        node_run("node1", "sacctmgr", "-i", "delete", "user", USER)
+        for node in ("node1", "node2"):
+            node_shell(node, f"pkill -KILL -u {USER}; userdel -r {USER}")
 
 
 def _job_containers(label: str) -> dict[str, list[str]]:

@@ -277,3 +277,29 @@ def test_the_node_gate_wrappers_quote_what_the_inventory_gives_them():
         assert "PYTHONPATH=/opt/pycli node" in words, command
         if item == "health":
             assert words[words.index("--path", words.index("--path") + 1) + 1] == paths[1], command
+
+
+def test_logins_belong_to_jobs_through_an_extern_step_an_allow_list_and_a_session_stack_without_pam_systemd():
+    """slurm_ssh_adopt: PrologFlags gains Contain (every job's extern step, which pam_slurm_adopt
+    adopts logins into); pam_access lets the allow-list in and sends everyone else on to it; sshd's
+    session stack is Debian's common-session as found, without pam_systemd."""
+    import base64
+
+    cluster = _gpu_cluster()
+    flags = lambda **o: [line for line in _render("slurm.conf.j2", "gpu1", cluster, **o).splitlines()  # noqa: E731
+                         if line.startswith("PrologFlags=")]
+    assert flags() == ["PrologFlags=Alloc,Contain"]
+    assert flags(slurm_ssh_adopt=False) == ["PrologFlags=Alloc"]
+    assert flags(slurm_node_gate=False) == ["PrologFlags=Contain"]
+    assert flags(slurm_node_gate=False, slurm_ssh_adopt=False) == []
+    access = _render("ssh-adopt-access.conf.j2", "gpu1", cluster, ansible_user="ops",
+                     slurm_ssh_allow_groups=["hpc-admins"]).splitlines()
+    assert [line for line in access if not line.startswith("#")] == [
+        "+:root:ALL", "+:ops:ALL", "+:(hpc-admins):ALL", "-:ALL:ALL"]
+    common = ("# here are the per-package modules\nsession\t[default=1]\t\t\tpam_permit.so\nsession\trequisite\t\t\tpam_deny.so\n"
+              "session\trequired\t\t\tpam_permit.so\nsession\trequired\tpam_unix.so \nsession\toptional\tpam_systemd.so \n")
+    stack = _render("pycli-sshd-session.j2", "gpu1", cluster,
+                    __slurm_common_session={"content": base64.b64encode(common.encode()).decode()}).splitlines()
+    assert [line for line in stack if not line.startswith("#")] == [
+        "session\t[default=1]\t\t\tpam_permit.so", "session\trequisite\t\t\tpam_deny.so",
+        "session\trequired\t\t\tpam_permit.so", "session\trequired\tpam_unix.so "]
