@@ -203,10 +203,10 @@ def stage(plan: JobPlan, run_dir: Path, container_files: Path | None = None, dis
           slurm_ssh: Path | None = None) -> JobPlan:
     """Put the job's files at the same paths on every node of the job; what a node's store
     holds already is not sent again. Returns the plan completed with what the nodes said:
-    their cores (threads per rank) and GPUs (Horovod's settings), and torchrun's rendezvous
-    port, free on the first node."""
+    their cores (threads per rank) and GPUs (Horovod's settings), and, over SSH, torchrun's
+    rendezvous port, free on the first node."""
     items = stage_items(plan, container_files, discovery, slurm_ssh)
-    rendezvous = plan.launcher == "torchrun"
+    rendezvous = plan.launcher == "torchrun" and not plan.slurm  # through Slurm the batch script picks the port
     peers = job_trust.peers(plan)
 
     def check(host: Host) -> str:

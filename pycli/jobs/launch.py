@@ -36,7 +36,8 @@ def check_controller(controller: str) -> str:
 LAUNCHERS = ("horovod", "mpirun", "torchrun")
 ALLREDUCE_SCRIPT = WORKLOADS_DIR / "allreduce.py"  # the allreduce of check's gate and bench's microbenchmark
 # torchrun's rendezvous port when none was picked on the first node (plans shown, not run):
-# a job that runs asks its first node for a free port while it is staged.
+# a job that runs over SSH asks its first node for a free port while it is staged; through
+# Slurm the batch script picks the job's own (pycli.jobs.slurm.RENDEZVOUS_PORTS) as it starts.
 TORCHRUN_PORT = 29400
 # torchrun --elastic without --elastic-restarts: how often its agents start the ranks again.
 DEFAULT_ELASTIC_RESTARTS = 3
@@ -431,8 +432,9 @@ def elastic_min_nodes(hosts: Sequence[Host], min_np: int) -> int:
     return len(hosts)
 
 
-# torchrun reads --rdzv-id from this variable when the command line has none.
+# torchrun reads --rdzv-id and --rdzv-endpoint from these variables when the command line has none.
 TORCHRUN_RDZV_ID_ENV = "PET_RDZV_ID"
+TORCHRUN_RDZV_ENDPOINT_ENV = "PET_RDZV_ENDPOINT"
 
 
 def torchrun_argv(plan: JobPlan, node_rank: int) -> list[str]:
@@ -450,11 +452,14 @@ def torchrun_argv(plan: JobPlan, node_rank: int) -> list[str]:
         return [*argv, "--rdzv-id", plan.job_id, str(plan.remote_script), *workload_args(plan)]
     else:
         argv += ["--nnodes", str(len(plan.hosts))]
-    argv += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{plan.rank0.address}:{port}", "--local-addr", host.address]
-    # Through Slurm the rendezvous is named after the Slurm job: the batch script sets
-    # TORCHRUN_RDZV_ID_ENV to its job id (pycli.jobs.slurm.sbatch_script).
-    rdzv_id = [] if plan.slurm else ["--rdzv-id", plan.job_id]
-    return [*argv, *rdzv_id, str(plan.remote_script), *workload_args(plan)]
+    argv += ["--rdzv-backend", "c10d", "--local-addr", host.address]
+    # Through Slurm the rendezvous is named after the Slurm job and meets on a port of the job's
+    # own: the batch script sets TORCHRUN_RDZV_ID_ENV and TORCHRUN_RDZV_ENDPOINT_ENV as it starts
+    # (pycli.jobs.slurm.sbatch_script).
+    if plan.slurm:
+        return [*argv, str(plan.remote_script), *workload_args(plan)]
+    argv += ["--rdzv-endpoint", f"{plan.rank0.address}:{port}", "--rdzv-id", plan.job_id]
+    return [*argv, str(plan.remote_script), *workload_args(plan)]
 
 
 def cpu_only(plan: JobPlan) -> bool:
@@ -500,9 +505,9 @@ def remote_shell(plan: JobPlan, argv: Sequence[str], hosts: Sequence[Host] | Non
         env += TORCHRUN_ELASTIC_ENV
     env += socket_interface_env(plan.network_interface)
     if plan.request.container:
-        # The rendezvous id the batch script sets goes on into the container, as Slurm's own
+        # The rendezvous id and endpoint the batch script sets go on into the container, as Slurm's own
         # variables do not: the container sees only the job's GPUs, numbered from 0.
-        passed = [TORCHRUN_RDZV_ID_ENV] if plan.slurm and plan.launcher == "torchrun" else []
+        passed = [TORCHRUN_RDZV_ID_ENV, TORCHRUN_RDZV_ENDPOINT_ENV] if plan.slurm and plan.launcher == "torchrun" else []
         return containers.exec_line(plan.request.container, plan.job_id, plan.job_dir, env, argv,
                                     tty=not plan.slurm, passed=passed)
     # Every word quoted, the inventory's and the command line's values with them; only the

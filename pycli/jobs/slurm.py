@@ -78,6 +78,21 @@ def time_limit(seconds: float) -> str:
     return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
 
+# A port a job listens on that another job on the same node must not: torchrun's rendezvous.
+# Picked as the job starts, from its Slurm job id, in a range of its own below Linux's ephemeral
+# ports (32768 and up, where outgoing connections get theirs): two jobs running on a node at once
+# get the same one only if their ids are a multiple of the range apart. Picked while the job is
+# staged instead, two jobs queued at once were given the same free port, and the second to start
+# failed on it (and a port free at staging may be taken hours later, when the job starts).
+RENDEZVOUS_PORTS = (20000, 5000)  # (first, count)
+
+
+def job_port_expression(ports: tuple[int, int]) -> str:
+    """The shell arithmetic, in a batch script, of the job's port in `ports` ((first, count))."""
+    first, count = ports
+    return f"$(({first} + SLURM_JOB_ID % {count}))"
+
+
 @dataclass(frozen=True)
 class BatchJob:
     """What one sbatch script asks Slurm for and runs: built by pycli.jobs.slurm_queue from a job's plan."""
@@ -93,6 +108,9 @@ class BatchJob:
     queue: tuple[tuple[str, str], ...] = ()  # (flag, value): --account, --qos, --partition as given (queue_options)
     comment: str = ""  # the pycli job id, kept in Slurm's accounting (sacct -o Comment)
     job_id_env: str = ""  # a variable the script sets to the Slurm job id for its steps (torchrun's rendezvous id)
+    # (variable, address): the script sets the variable to ADDRESS:PORT, PORT the job's own (job_port_expression),
+    # for its steps (torchrun's rendezvous endpoint)
+    rendezvous_env: tuple[str, str] | tuple[()] = ()
     elastic: bool = False  # --elastic: the job keeps its allocation when a node fails; the launcher goes on without it
     setup: str = ""  # a shell line run first, as a step of one task on every node (--docker: the job's containers)
 
@@ -128,6 +146,9 @@ def sbatch_script(job: BatchJob) -> str:
     ]
     if job.job_id_env:
         lines.append(f'export {job.job_id_env}="slurm-$SLURM_JOB_ID"')
+    if len(job.rendezvous_env) == 2:
+        variable, address = job.rendezvous_env
+        lines.append(f'export {variable}={shlex.quote(address)}:"{job_port_expression(RENDEZVOUS_PORTS)}"')
     if job.setup:  # a failure on any node ends the job with its code, before the launcher
         lines.append(f"srun --ntasks-per-node=1 --ntasks={len(job.nodes)} --kill-on-bad-exit=1 "
                      f"bash -c {shlex.quote(job.setup)} || exit $?")

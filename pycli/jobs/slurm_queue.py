@@ -25,7 +25,7 @@ from pycli.cluster.nodes import SSH_TIMEOUT_S, ssh_each, ssh_stream
 from pycli.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_UNREACHABLE, BadInput, PycliError
 from pycli.jobs import containers, slurm
 from pycli.jobs import files as job_files
-from pycli.jobs.launch import TORCHRUN_RDZV_ID_ENV, JobPlan, NodeLayout, gpus_short, launch_commands
+from pycli.jobs.launch import TORCHRUN_RDZV_ENDPOINT_ENV, TORCHRUN_RDZV_ID_ENV, JobPlan, NodeLayout, gpus_short, launch_commands
 from pycli.jobs.processes import JobExit
 from pycli.jobs.slurm_watch import UNAVAILABLE_GRACE_S, SlurmWatch
 
@@ -65,6 +65,7 @@ def batch_job(plan: JobPlan, states: dict[str, slurm_nodes.NodeState], time_limi
         time_limit_s=time_limit_s, gpus_per_node=min(gpus, tasks) if asked is None else asked,
         queue=slurm.queue_options(plan.request.queue, slurm.SLURM), comment=slurm.job_comment(plan.job_id),
         job_id_env=TORCHRUN_RDZV_ID_ENV if plan.launcher == "torchrun" else "",
+        rendezvous_env=(TORCHRUN_RDZV_ENDPOINT_ENV, plan.rank0.address) if plan.launcher == "torchrun" else (),
         elastic=plan.elastic_min_np is not None,
         setup="" if plan.request.container is None else containers.slurm_start_line(
             plan.request.container, plan.job_id, plan.job_dir, plan.layout.work_dir),

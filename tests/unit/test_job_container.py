@@ -100,14 +100,14 @@ def test_torchrun_runs_in_every_node_container():
 def test_through_slurm_the_launchers_run_in_the_containers_without_a_tty():
     """A batch script has no terminal (scancel stops the job); inside the containers no Slurm is
     seen, so mpirun reaches the others over the containers' SSH by address, and torchrun gets the
-    rendezvous id the batch script sets."""
+    rendezvous id and endpoint the batch script sets."""
     ((host, line),) = launch_commands(job(slurm=True))
     assert host.name == "n1" and docker_exec(line, "-i")[3][0] == "horovodrun"
     argv = docker_exec(launch_commands(job(launcher="mpirun", slurm=True))[0][1], "-i")[3]
     assert argv[argv.index("-H") + 1] == "10.9.0.1:2,10.9.0.2:2"
     for _, line in launch_commands(job(workload="ddp", slurm=True)):
         env = docker_exec(line, "-i")[1]
-        assert env["PET_RDZV_ID"] is None  # passed on with its value in the batch script
+        assert env["PET_RDZV_ID"] is None and env["PET_RDZV_ENDPOINT"] is None  # passed on with their values in the batch script
     assert "PET_RDZV_ID" not in docker_exec(launch_commands(job(workload="ddp"))[0][1])[1]
 
 

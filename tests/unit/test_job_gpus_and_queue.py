@@ -109,3 +109,10 @@ def test_the_cli_passes_the_flags_on_and_says_a_refusal_in_one_line(tmp_path, ca
     assert err.startswith("pycli: error: --partition gpu: Slurm's, and this job starts over SSH") and err.count("\n") == 1
     assert main(["train", "--np", "2", "-i", str(inventory), "--gpus-per-node", "-2"]) == 2
     assert capsys.readouterr().err == "pycli: error: --gpus-per-node -2: give the GPUs the job gets on each node, 0 or more\n"
+
+
+def test_through_slurm_torchrun_meets_on_the_first_node_at_a_port_the_script_picks_as_the_job_starts():
+    job = batch_job(_plan(workload="ddp"), _states(0), time_limit_s=None)
+    assert job.job_id_env == "PET_RDZV_ID" and job.rendezvous_env == ("PET_RDZV_ENDPOINT", "10.9.0.1")
+    assert "export PET_RDZV_ENDPOINT=10.9.0.1:\"$((20000 + SLURM_JOB_ID % 5000))\"\n" in slurm.sbatch_script(job)
+    assert batch_job(_plan(), _states(0), time_limit_s=None).rendezvous_env == ()

@@ -100,6 +100,23 @@ def test_the_script_hands_its_steps_the_slurm_job_id_when_asked(tmp_path):
     assert "export " not in slurm.sbatch_script(_job())
 
 
+def test_each_job_meets_on_a_port_of_its_own_picked_as_it_starts_not_when_it_was_staged():
+    """torchrun's rendezvous endpoint: the address given, the port from the Slurm job id, in a range
+    below the kernel's ephemeral ports; two jobs queued at once, which staging gave the same free
+    port, get two."""
+    script = slurm.sbatch_script(_job(rendezvous_env=("PET_RDZV_ENDPOINT", "10.0.0.1"),
+                                      steps=(("node1", "true"), ("node2", "true"))))
+    (export,) = [line for line in script.splitlines() if line.startswith("export PET_RDZV_ENDPOINT=")]
+    ports = set()
+    for job_id in (41, 42, 5041):
+        ran = subprocess.run(["bash", "-c", f"{export}; echo $PET_RDZV_ENDPOINT"], capture_output=True, text=True,
+                             env={"SLURM_JOB_ID": str(job_id), "PATH": "/usr/bin:/bin"}, check=True)
+        address, port = ran.stdout.strip().rsplit(":", 1)
+        assert address == "10.0.0.1" and 20000 <= int(port) < 25000 < 32768, ran.stdout
+        ports.add(int(port))
+    assert ports == {20041, 20042}  # 41 and 5041: the range's length apart
+
+
 def test_elastic_keeps_the_allocation_and_ends_as_the_first_node_s_launcher(tmp_path):
     """--elastic: --no-kill, a step per node that may fail alone, the first node's exit is the job's."""
     steps = (("node1", "echo first; exit 3"), ("node2", "echo second; exit 9"))
