@@ -89,17 +89,19 @@ test-pythons:
 	@v="$(if $(SECOND_PYTHON),$(call python_version,$(SECOND_PYTHON)))"; case "$$v" in 3.12|3.13) ;; *) echo "make test: it proves pycli on a second Python beside 3.11, $(if $(SECOND_PYTHON),and SECOND_PYTHON=$(SECOND_PYTHON) is $${v:+Python }$${v:-no Python that runs}: pass one of 3.13 or 3.12,and no python3.13 or python3.12 answers here: install one or pass SECOND_PYTHON=/path/to/python3.X)" >&2; exit 2;; esac
 
 # The parts that need no cluster of the integration tests' (molecule, lint, unit) run beside
-# them. The unit tests, some of which time things, run at the usual priority beside the
-# integration tests' first cluster and its provisioning (on CI: the cold Open MPI and Horovod
-# build), and the integration tests start only once they have ended (PYCLI_TEST_AFTER,
-# tests/integration/conftest.py), so no test that times something shares the cores with them.
-# They start once the first provisioning has started its Open MPI build in the background
-# (PYCLI_TEST_SIDE_GO, tests/integration/conftest.py), not while the build still waits in line
-# for the build tools; at the latest after SIDE_WAIT_S.
-# The second Python's venv is made then too, at nice 19 (about a minute of CPU); the unit tests
-# run those that need torch under 3.11 first and wait for it for the others (unit-torch,
-# unit-second), and the integration tests, which wait for the unit tests, get its pycli for
-# their one provisioning by it (PYCLI_TEST_SECOND_PYCLI).
+# them. The unit tests that need torch, some of which time things (training on 8 ranks,
+# restarts), run at the usual priority beside the integration tests' first cluster and its
+# provisioning (on CI: the cold Open MPI and Horovod build), and the integration tests start only
+# once they have ended (PYCLI_TEST_AFTER, tests/integration/conftest.py), so no test that times
+# something shares the cores with them. They start once the first provisioning has started its
+# Open MPI build in the background (PYCLI_TEST_SIDE_GO, tests/integration/conftest.py), not while
+# the build still waits in line for the build tools; at the latest after SIDE_WAIT_S.
+# The second Python's venv and the unit tests it runs (those without torch: logic, parsers and
+# scripts, which time nothing) take CPU the build would use (about 260 s of it in a cold run on
+# 2 cores, the build being the critical path), so they run with molecule and lint below: once
+# the first provisioning has ended, at nice 19. The integration tests get the second venv's
+# pycli for their one provisioning by it (PYCLI_TEST_SECOND_PYCLI) and wait for it there
+# (PYCLI_TEST_SECOND_MADE), minutes after it was made.
 # Molecule and lint time nothing, and the first provisioning, which the whole run waits for, is
 # CPU-bound from end to end, while the integration tests after it leave the cores idle for
 # minutes (waiting on a dead node, a timeout, a poll). So they start once the first provisioning
@@ -116,29 +118,31 @@ test-pythons:
 SIDE_WAIT_S := 300
 SIDE_WAIT = i=0; while [ ! -e $(TIMINGS)/side.go ] && [ $$i -lt $(SIDE_WAIT_S) ]; do sleep 1; i=$$((i+1)); done
 PROVISIONED_WAIT = while [ ! -e $(TIMINGS)/provisioned.go ]; do sleep 1; done
-SECOND_WAIT = i=0; while [ ! -e $(TIMINGS)/second-venv.rc ] && [ $$i -lt 3600 ]; do sleep 1; i=$$((i+1)); done; \
-	[ $$i -eq 0 ] || echo "make test: the unit tests waited $$i s for the second venv"
 
 test-steps:
-	@mkdir -p $(TIMINGS) && rm -f $(TIMINGS)/unit.rc $(TIMINGS)/niced.rc $(TIMINGS)/side.go $(TIMINGS)/provisioned.go $(TIMINGS)/second-venv.rc $(TIMINGS)/three-nodes.rc
-	@echo "make test: unit (the tests that need torch on Python 3.11, the others on $(SECOND_PYTHON)), and the second venv (nice 19), beside the integration tests' first provisioning once its build runs; molecule and lint (nice 19), and the 3-node cluster's tests, beside the 2-node cluster's once it has ended (their output follows the 2-node cluster's tests')"
-	@($(SIDE_WAIT); nice -n 19 $(MAKE) --no-print-directory second-venv >$(TIMINGS)/second-venv.log 2>&1; echo $$? >$(TIMINGS)/second-venv.rc) & \
-	($(SIDE_WAIT); { $(MAKE) --no-print-directory unit-torch; torch=$$?; $(SECOND_WAIT); \
-		if [ "$$(cat $(TIMINGS)/second-venv.rc)" -eq 0 ]; then $(MAKE) --no-print-directory unit-second; else echo "make test: the second venv was not made (see its output), so its unit tests did not run"; false; fi; \
-		second=$$?; [ "$$torch" -eq 0 ] && [ "$$second" -eq 0 ]; } >$(TIMINGS)/unit.log 2>&1; echo $$? >$(TIMINGS)/unit.rc) & \
+	@mkdir -p $(TIMINGS) && rm -f $(TIMINGS)/unit.rc $(TIMINGS)/unit-second.rc $(TIMINGS)/niced.rc $(TIMINGS)/side.go $(TIMINGS)/provisioned.go $(TIMINGS)/second-venv.rc $(TIMINGS)/three-nodes.rc
+	@echo "make test: the unit tests that need torch beside the integration tests' first provisioning once its build runs; the second venv and its unit tests, molecule and lint (nice 19), and the 3-node cluster's tests, beside the 2-node cluster's once it has ended (their output follows the 2-node cluster's tests')"
+	@($(PROVISIONED_WAIT); nice -n 19 $(MAKE) --no-print-directory second-venv >$(TIMINGS)/second-venv.log 2>&1; echo $$? >$(TIMINGS)/second-venv.rc; \
+		if [ "$$(cat $(TIMINGS)/second-venv.rc)" -eq 0 ]; then nice -n 19 $(MAKE) --no-print-directory unit-second >$(TIMINGS)/unit-second.log 2>&1; \
+		else echo "make test: the second venv was not made (see its output), so its unit tests did not run" >$(TIMINGS)/unit-second.log; false; fi; \
+		echo $$? >$(TIMINGS)/unit-second.rc) & \
+	($(SIDE_WAIT); $(MAKE) --no-print-directory unit-torch >$(TIMINGS)/unit.log 2>&1; echo $$? >$(TIMINGS)/unit.rc) & \
 	($(PROVISIONED_WAIT); PYCLI_TEST_NODE_CPU_SHARES=64 nice -n 19 $(MAKE) --no-print-directory molecule lint >$(TIMINGS)/niced.log 2>&1; echo $$? >$(TIMINGS)/niced.rc) & \
 	(PYCLI_TEST_PROVISIONED=$(TIMINGS)/provisioned.go PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc PYCLI_TEST_LANES_LOCK=$(TIMINGS)/lanes.lock \
 		$(MAKE) --no-print-directory integration-three-nodes >$(TIMINGS)/three-nodes.log 2>&1; echo $$? >$(TIMINGS)/three-nodes.rc) & \
-	PYCLI_TEST_SIDE_GO=$(TIMINGS)/side.go PYCLI_TEST_PROVISIONED=$(TIMINGS)/provisioned.go PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc PYCLI_TEST_SECOND_PYCLI=$(abspath $(SECOND_BIN))/pycli \
+	PYCLI_TEST_SIDE_GO=$(TIMINGS)/side.go PYCLI_TEST_PROVISIONED=$(TIMINGS)/provisioned.go PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc \
+		PYCLI_TEST_SECOND_PYCLI=$(abspath $(SECOND_BIN))/pycli PYCLI_TEST_SECOND_MADE=$(TIMINGS)/second-venv.rc \
 		PYCLI_TEST_LANE=two-nodes PYCLI_TEST_LANES_LOCK=$(TIMINGS)/lanes.lock $(MAKE) --no-print-directory integration; integration=$$?; touch $(TIMINGS)/provisioned.go; \
 	wait; echo "make test: the output of the 3-node cluster's tests:"; cat $(TIMINGS)/three-nodes.log; \
 	echo "make test: the output of molecule and lint:"; cat $(TIMINGS)/niced.log; \
 	echo "make test: the output of the second venv:"; cat $(TIMINGS)/second-venv.log; \
-	echo "make test: the output of unit:"; cat $(TIMINGS)/unit.log; \
-	unit=$$(cat $(TIMINGS)/unit.rc 2>/dev/null || echo 1); niced=$$(cat $(TIMINGS)/niced.rc 2>/dev/null || echo 1); \
+	echo "make test: the output of the unit tests that need torch:"; cat $(TIMINGS)/unit.log; \
+	echo "make test: the output of the other unit tests (the second venv's Python):"; cat $(TIMINGS)/unit-second.log; \
+	unit=$$(cat $(TIMINGS)/unit.rc 2>/dev/null || echo 1); unit_second=$$(cat $(TIMINGS)/unit-second.rc 2>/dev/null || echo 1); \
+	niced=$$(cat $(TIMINGS)/niced.rc 2>/dev/null || echo 1); \
 	second=$$(cat $(TIMINGS)/second-venv.rc 2>/dev/null || echo 1); three=$$(cat $(TIMINGS)/three-nodes.rc 2>/dev/null || echo 1); \
-	if [ "$$integration" -ne 0 ] || [ "$$three" -ne 0 ] || [ "$$unit" -ne 0 ] || [ "$$niced" -ne 0 ] || [ "$$second" -ne 0 ]; then \
-		echo "make test: FAILED (integration exit $$integration, its 3-node lane $$three; unit exit $$unit; molecule and lint exit $$niced; second venv exit $$second)"; exit 1; fi
+	if [ "$$integration" -ne 0 ] || [ "$$three" -ne 0 ] || [ "$$unit" -ne 0 ] || [ "$$unit_second" -ne 0 ] || [ "$$niced" -ne 0 ] || [ "$$second" -ne 0 ]; then \
+		echo "make test: FAILED (integration exit $$integration, its 3-node lane $$three; unit exit $$unit (torch) and $$unit_second (the second venv's); molecule and lint exit $$niced; second venv exit $$second)"; exit 1; fi
 	@echo "make test: all green (cache $$($(BIN)/python -m pycli.core.paths PYCLI_CACHE), timings $(TIMINGS))"
 
 host:

@@ -88,6 +88,17 @@ def second_pycli() -> list[str]:
     path = os.environ.get(SECOND_PYCLI_ENV)
     if not path:
         return PYCLI
+    if made := os.environ.get("PYCLI_TEST_SECOND_MADE"):  # make test makes it beside these tests: its exit code
+        started = time.monotonic()
+        while not Path(made).exists():
+            if time.monotonic() - started > 3600:
+                pytest.fail(f"the second venv was not made within 3600 s ({made})", pytrace=False)
+            time.sleep(2)
+        if (waited := time.monotonic() - started) > 1:
+            print(f"\nwaited {waited:.0f} s for the second venv")
+        if Path(made).read_text().strip() != "0":
+            pytest.fail(f"the second venv was not made (exit {Path(made).read_text().strip()}): make test's output says why",
+                        pytrace=False)
     here = "%d.%d" % sys.version_info[:2]
     try:
         started = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=120)
@@ -106,10 +117,9 @@ def second_pycli() -> list[str]:
     return [path]
 
 
-# `make test` starts the unit tests and the second venv only once the first
-# provisioning is past what its Open MPI build waits for in line (the checks, the build tools),
-# which they would slow; then the build runs in the background and they take the cores beside
-# it. PYCLI_TEST_SIDE_GO names the file that says so; this play is the first after the build's start.
+# `make test` starts the unit tests that need torch only once the first provisioning is past
+# what its Open MPI build waits for in line (the checks, the build tools), which they would slow;
+# then the build runs in the background and they take the cores beside it. PYCLI_TEST_SIDE_GO names the file that says so; this play is the first after the build's start.
 SIDE_GO_PLAY = "Base system of the training nodes"
 
 
