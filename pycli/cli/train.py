@@ -63,8 +63,10 @@ def train_cmd(
         help="Run every rank inside a container of IMAGE on its node (--gpus all --ipc=host, host network); "
         "IMAGE needs python, the launcher and sshd, like horovod/horovod.",
     ),
-    docker_ssh_port: int = typer.Option(
-        DEFAULT_JOB_SSH_PORT, "--docker-ssh-port", help="Port of the sshd in each job container (the nodes' network is shared)."
+    docker_ssh_port: int | None = typer.Option(
+        None, "--docker-ssh-port", help=f"Port of the sshd in each job container (the nodes' network is shared). Default: "
+        f"{DEFAULT_JOB_SSH_PORT} over SSH; through Slurm a port of the job's own, so that jobs sharing a node never collide.",
+        show_default=False,
     ),
     scheduler: str | None = typer.Option(
         None, "--scheduler", help="slurm: submit through Slurm's queue (sbatch; the default where the inventory has "

@@ -28,9 +28,13 @@ from pycli.core.errors import BadInput
 from pycli.core.paths import NODE_PACKAGE
 from pycli_node.node_gate import CONTAINER_KEYS, SLURM_JOB_LABEL
 
-# The sshd of every job container (--docker) listens here, on the nodes' network; the port
-# Horovod's documentation uses. Not the nodes' own SSH port (cluster_model.DEFAULT_SSH_PORT, 22).
+# The sshd of every job container (--docker) listens here over SSH, on the nodes' network; the
+# port Horovod's documentation uses. Not the nodes' own SSH port (cluster_model.DEFAULT_SSH_PORT,
+# 22). Through Slurm, where jobs share nodes, a job without --docker-ssh-port gets a port of its
+# own instead, picked as it starts (pycli.jobs.slurm.CONTAINER_SSH_PORTS), which the batch script
+# puts in SSH_PORT_ENV: two --docker jobs on one node at once collided on this one.
 DEFAULT_JOB_SSH_PORT = 12345
+SSH_PORT_ENV = "PYCLI_JOB_SSH_PORT"
 ENTRY_SCRIPT = NODE_PACKAGE / "job-container.sh"
 START_SCRIPT = NODE_PACKAGE / "job-container-start.sh"
 LABEL_JOB = "io.pycli.job"
@@ -47,28 +51,37 @@ _OWN_OPTIONS = ("--name", "--network", "--net", "--entrypoint", "--user", "-u", 
 
 @dataclass(frozen=True)
 class JobContainer:
-    """How the job's containers are made: the image, the sshd port, extra `docker run` options."""
+    """How the job's containers are made: the image, the sshd port (--docker-ssh-port; None: pycli's
+    choice, port()), extra `docker run` options."""
 
     image: str
-    ssh_port: int = DEFAULT_JOB_SSH_PORT
+    ssh_port: int | None = None
     run_options: tuple[str, ...] = ()
 
     def name(self, job_id: str) -> str:
         return f"pycli-job-{job_id}"
 
+    def port(self, slurm: bool) -> int | None:
+        """The containers' sshd port where it is known before the job starts: --docker-ssh-port's,
+        else DEFAULT_JOB_SSH_PORT over SSH; None through Slurm without --docker-ssh-port (the job's
+        own, in SSH_PORT_ENV as it starts)."""
+        if self.ssh_port is not None:
+            return self.ssh_port
+        return None if slurm else DEFAULT_JOB_SSH_PORT
 
-def parse_job_container(image: str, ssh_port: int, options: Sequence[str], hosts: Sequence[Host]) -> JobContainer:
-    """Check --docker, --docker-ssh-port and --docker-opt against each other and the hosts."""
+
+def parse_job_container(image: str, ssh_port: int | None, options: Sequence[str], hosts: Sequence[Host]) -> JobContainer:
+    """Check --docker, --docker-ssh-port (None: not given) and --docker-opt against each other and the hosts."""
     if not _IMAGE_REFERENCE.match(image):
         raise BadInput(f"--docker {image!r} is not an image reference "
                        "(like horovod/horovod:0.28.1 or registry:5000/team/image:tag)")
-    if not 1 <= ssh_port <= 65535:
+    if ssh_port is not None and not 1 <= ssh_port <= 65535:
         raise BadInput(f"--docker-ssh-port {ssh_port}: a TCP port is 1..65535")
-    taken = sorted({h.name for h in hosts if h.port == ssh_port})
+    taken = sorted({h.name for h in hosts if h.port == (ssh_port or DEFAULT_JOB_SSH_PORT)})
     if taken:
         raise BadInput(
-            f"--docker-ssh-port {ssh_port} is the SSH port of {', '.join(taken)}; the containers share the "
-            "nodes' network, so their sshd needs a port of its own"
+            f"--docker-ssh-port {ssh_port or DEFAULT_JOB_SSH_PORT} is the SSH port of {', '.join(taken)}; the containers "
+            "share the nodes' network, so their sshd needs a port of its own"
         )
     run_options: list[str] = []
     for text in options:
@@ -126,8 +139,9 @@ def wider_than_slurm(container: JobContainer) -> str | None:
     return None
 
 
-def known_hosts_line(hosts: Sequence[Host], port: int, host_public_key: str) -> str:
-    """One line: the job's host key under every name the launchers may use, on the job's port."""
+def known_hosts_line(hosts: Sequence[Host], port: int | None, host_public_key: str) -> str:
+    """One line: the job's host key under every name the launchers may use, on the job's port (any
+    port where it is picked as the job starts: the key is this job's alone)."""
     names: list[str] = []
     for host in hosts:
         for name in (host.name, host.address):
@@ -135,7 +149,7 @@ def known_hosts_line(hosts: Sequence[Host], port: int, host_public_key: str) -> 
                 names.append(name)
     names += [n for n in ("localhost", "127.0.0.1", "::1") if n not in names]
     key_type, key_data = host_public_key.split()[:2]
-    return ",".join(f"[{name}]:{port}" for name in names) + f" {key_type} {key_data}\n"
+    return ",".join(f"[{name}]:{'*' if port is None else port}" for name in names) + f" {key_type} {key_data}\n"
 
 
 def authorized_keys_line(login_public_key: str, job_id: str) -> str:
@@ -161,7 +175,8 @@ def _new_key() -> tuple[bytes, str]:
 PRIVATE_FILES = CONTAINER_KEYS
 
 
-def write_container_files(folder: Path, hosts: Sequence[Host], container: JobContainer, job_id: str) -> None:
+def write_container_files(folder: Path, hosts: Sequence[Host], container: JobContainer, job_id: str,
+                          slurm: bool) -> None:
     """Make the job's keys, known_hosts and authorized_keys, and the entry script, in `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)
@@ -170,7 +185,7 @@ def write_container_files(folder: Path, hosts: Sequence[Host], container: JobCon
     files = {
         "ssh_host_ed25519_key": (host_private.decode(), 0o600),
         "id_ed25519": (login_private.decode(), 0o600),
-        "known_hosts": (known_hosts_line(hosts, container.ssh_port, host_public), 0o644),
+        "known_hosts": (known_hosts_line(hosts, container.port(slurm), host_public), 0o644),
         "authorized_keys": (authorized_keys_line(login_public, job_id), 0o600),
         "entry.sh": (ENTRY_SCRIPT.read_text(), 0o755),
         "start.sh": (START_SCRIPT.read_text(), 0o755),
@@ -200,11 +215,13 @@ def exec_line(container: JobContainer, job_id: str, workdir: PurePosixPath, env:
 def slurm_start_line(container: JobContainer, job_id: str, job_dir: PurePosixPath, work_dir: PurePosixPath) -> str:
     """The shell line of a Slurm job's first step, on each node of its allocation: the job's
     container with the node's GPUs Slurm gave the job (SLURM_STEP_GPUS: a step gets all of the
-    job's GPUs on its node), labelled with the Slurm job's id for the epilog to remove it."""
-    words = [str(job_dir / "container" / "start.sh"), container.name(job_id), container.image,
-             str(container.ssh_port), str(work_dir), str(job_dir)]
-    return (shlex.join(words) + ' "${SLURM_STEP_GPUS:-}" ' + shlex.quote(f"{LABEL_JOB}={job_id}")
-            + f' "{SLURM_JOB_LABEL}=$SLURM_JOB_ID"')
+    job's GPUs on its node), labelled with the Slurm job's id for the epilog to remove it; its sshd
+    on --docker-ssh-port, else on the job's own port (SSH_PORT_ENV, which the batch script sets)."""
+    port = container.port(slurm=True)
+    words = shlex.join([str(job_dir / "container" / "start.sh"), container.name(job_id), container.image])
+    return (words + " " + (f'"${SSH_PORT_ENV}"' if port is None else str(port)) + " "
+            + shlex.join([str(work_dir), str(job_dir)]) + ' "${SLURM_STEP_GPUS:-}" '
+            + shlex.quote(f"{LABEL_JOB}={job_id}") + f' "{SLURM_JOB_LABEL}=$SLURM_JOB_ID"')
 
 
 def playbook_vars(container: JobContainer, job_id: str, job_dir: PurePosixPath, work_dir: PurePosixPath,
@@ -213,7 +230,7 @@ def playbook_vars(container: JobContainer, job_id: str, job_dir: PurePosixPath, 
         "pycli_container_state": state,
         "pycli_container_name": container.name(job_id),
         "pycli_container_image": container.image,
-        "pycli_container_ssh_port": container.ssh_port,
+        "pycli_container_ssh_port": container.port(slurm=False),
         "pycli_container_run_options": list(container.run_options),
         "pycli_container_label": f"{LABEL_JOB}={job_id}",
         "pycli_job_dir": str(job_dir),

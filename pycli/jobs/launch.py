@@ -139,7 +139,12 @@ class JobPlan:
     @property
     def ssh_ports(self) -> set[int]:
         """The ports horovodrun and mpirun reach the job's hosts on (the containers' sshd)."""
-        return {self.request.container.ssh_port} if self.request.container else {h.port for h in self.hosts}
+        if self.request.container is None:
+            return {h.port for h in self.hosts}
+        # Through Slurm without --docker-ssh-port the port is the job's own, known as it starts: the
+        # containers' ssh config names it (job-container.sh), and the launchers are told none.
+        port = self.request.container.port(self.slurm)
+        return set() if port is None else {port}
 
     @property
     def remote_script(self) -> PurePosixPath:
@@ -248,8 +253,9 @@ def socket_interface_env(interface: str | None) -> list[str]:
 
 
 def ssh_port_option(ports: set[int]) -> int | None:
-    """The SSH port a launcher must be told (it takes one for all hosts); None for the default."""
-    return None if ports == {DEFAULT_SSH_PORT} else min(ports)
+    """The SSH port a launcher must be told (it takes one for all hosts); None for the default, or
+    for none known (ssh's config names it)."""
+    return None if not ports or ports == {DEFAULT_SSH_PORT} else min(ports)
 
 
 # The interface that holds 127.0.0.1 on Linux: an elastic horovodrun job on its own node talks over it.

@@ -85,6 +85,8 @@ def time_limit(seconds: float) -> str:
 # staged instead, two jobs queued at once were given the same free port, and the second to start
 # failed on it (and a port free at staging may be taken hours later, when the job starts).
 RENDEZVOUS_PORTS = (20000, 5000)  # (first, count)
+# The same for the sshd of a --docker job's containers, which share their node's network.
+CONTAINER_SSH_PORTS = (25000, 5000)
 
 
 def job_port_expression(ports: tuple[int, int]) -> str:
@@ -111,6 +113,7 @@ class BatchJob:
     # (variable, address): the script sets the variable to ADDRESS:PORT, PORT the job's own (job_port_expression),
     # for its steps (torchrun's rendezvous endpoint)
     rendezvous_env: tuple[str, str] | tuple[()] = ()
+    ssh_port_env: str = ""  # a variable the script sets to the job's own sshd port (--docker: its containers')
     elastic: bool = False  # --elastic: the job keeps its allocation when a node fails; the launcher goes on without it
     setup: str = ""  # a shell line run first, as a step of one task on every node (--docker: the job's containers)
 
@@ -146,6 +149,8 @@ def sbatch_script(job: BatchJob) -> str:
     ]
     if job.job_id_env:
         lines.append(f'export {job.job_id_env}="slurm-$SLURM_JOB_ID"')
+    if job.ssh_port_env:
+        lines.append(f'export {job.ssh_port_env}="{job_port_expression(CONTAINER_SSH_PORTS)}"')
     if len(job.rendezvous_env) == 2:
         variable, address = job.rendezvous_env
         lines.append(f'export {variable}={shlex.quote(address)}:"{job_port_expression(RENDEZVOUS_PORTS)}"')

@@ -67,6 +67,8 @@ def batch_job(plan: JobPlan, states: dict[str, slurm_nodes.NodeState], time_limi
         job_id_env=TORCHRUN_RDZV_ID_ENV if plan.launcher == "torchrun" else "",
         rendezvous_env=(TORCHRUN_RDZV_ENDPOINT_ENV, plan.rank0.address) if plan.launcher == "torchrun" else (),
         elastic=plan.elastic_min_np is not None,
+        ssh_port_env=containers.SSH_PORT_ENV if plan.request.container and plan.request.container.port(slurm=True) is None
+        else "",
         setup="" if plan.request.container is None else containers.slurm_start_line(
             plan.request.container, plan.job_id, plan.job_dir, plan.layout.work_dir),
     )

@@ -349,7 +349,7 @@ def run_job(
     container_files = None
     if container is not None:
         container_files = run_dir / "container"
-        containers.write_container_files(container_files, plan.hosts, container, plan.job_id)
+        containers.write_container_files(container_files, plan.hosts, container, plan.job_id, plan.slurm)
     try:
         plan = stage(plan, run_dir, container_files)
     except job_trust.Untrusted as error:
@@ -372,7 +372,7 @@ def run_job(
                       "Slurm's epilog removes them as the job ends")
             else:
                 write(f"pycli: job containers up on {', '.join(h.name for h in plan.hosts)} "
-                      f"(sshd on port {container.ssh_port}) in {time.monotonic() - up:.0f} s")
+                      f"(sshd on port {container.port(slurm=False)}) in {time.monotonic() - up:.0f} s")
         started = time.monotonic()  # the job's own time, as without containers
         slurm_ids: list[str] = []
 

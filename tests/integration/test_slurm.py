@@ -749,6 +749,14 @@ def _cpu_seconds(total_cpu: str) -> float:
     return seconds + (int(days) * 86400 if days else 0)
 
 
+def _two_slots(inventory: Path, folder: Path) -> Path:
+    """A copy of the inventory with 2 slots a node: 4 ranks are 2 on each node."""
+    copy = folder / "gpus" / "two-slots.ini"
+    copy.parent.mkdir()
+    copy.write_text(inventory.read_text().replace("\nslots=4\n", "\nslots=2\n"))
+    return copy
+
+
 # Every launcher, with ranks on both nodes and two on each (a 2-slot copy of the inventory).
 LAUNCHERS = {"horovodrun --gloo": ("--launcher", "horovod", "--controller", "gloo"),
              "horovodrun --mpi": ("--launcher", "horovod", "--controller", "mpi"),
@@ -764,9 +772,7 @@ def test_every_launcher_s_ranks_run_inside_their_slurm_job_with_its_gpus_only_an
     # job's GPU and its cgroups, and sacct accounts their CPU time.
     if "\nslurm_cgroup=true\n" not in shared_gpus.inventory.read_text():
         pytest.skip("this host gives the node containers no cgroup v1 tree (cgroup v2): Slurm runs without its cgroup plugins")
-    inventory = tmp_path / "gpus" / "two-slots.ini"
-    inventory.parent.mkdir()
-    inventory.write_text(shared_gpus.inventory.read_text().replace("\nslots=4\n", "\nslots=2\n"))
+    inventory = _two_slots(shared_gpus.inventory, tmp_path)
     proc = run_pycli("train", "-i", str(inventory), "tests/fixtures/gpus_probe.py", "--np", "4", "--gpus-per-node", "1",
                      *LAUNCHERS[launcher], "--", "0", str(BURN_S), timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
@@ -875,13 +881,15 @@ def _job_containers(label: str) -> dict[str, list[str]]:
     return found
 
 
-def test_docker_jobs_run_inside_their_allocation_with_their_gpus_and_end_with_it(shared_gpus, job_image):
-    # Slurm's own GPUs for the job: one of each node's two, as device files in its containers.
+def test_docker_jobs_run_inside_their_allocation_with_their_gpus_and_end_with_it(shared_gpus, job_image, tmp_path):
+    # Slurm's own GPUs for the job: one of each node's two, as device files in its containers. Two
+    # ranks a node, so that half of each node's CPUs and one GPU are left for a second job.
+    inventory = _two_slots(shared_gpus.inventory, tmp_path)
     seen: list[str] = []
-    proc = _start(shared_gpus.inventory, "tests/fixtures/gpus_probe.py", "--np", "8", "--gpus-per-node", "1",
+    proc = _start(inventory, "tests/fixtures/gpus_probe.py", "--np", "4", "--gpus-per-node", "1",
                   "--docker", job_image, "--", "600")
     try:
-        while sum("GPUS " in line for line in seen) < 8:  # every rank's line
+        while sum("GPUS " in line for line in seen) < 4:  # every rank's line
             _read_until(proc, r"GPUS ", seen)
     except BaseException:
         proc.kill()
@@ -889,11 +897,18 @@ def test_docker_jobs_run_inside_their_allocation_with_their_gpus_and_end_with_it
     out = "".join(seen)
     job_id = slurm_job_id(out)
     probes = sorted((json.loads(line.split("GPUS ", 1)[1]) for line in seen if "GPUS " in line), key=lambda p: p["rank"])
-    assert [(p["rank"], p["host"]) for p in probes] == [(r, "node1" if r < 4 else "node2") for r in range(8)], out[-3000:]
+    assert [(p["rank"], p["host"]) for p in probes] == [(r, "node1" if r < 2 else "node2") for r in range(4)], out[-3000:]
     assert all(len(p["devices"]) == 1 and list(p["devices"].values()) == ["ENXIO"] for p in probes), probes
     assert re.search(r"job container \S+ from \S+ up on node2 \(GPUs: --device /dev/nvidia[01]\)", out), out[-3000:]
     started = _job_containers(f"io.pycli.slurm-job={job_id}")
     assert all(len(names) == 1 for names in started.values()), started
+    # A second --docker job beside it on node1 (its 2 ranks there), on the node's other GPU: its
+    # container's sshd listens on a port of its own (the job's), not the first job's. Ctrl-C: pycli
+    # cancels it, and when it returns no container of it is left on any node; the first job's are untouched.
+    _, second = _ctrl_c(inventory, r"GPUS ", "tests/fixtures/gpus_probe.py", "--np", "2", "--gpus-per-node", "1",
+                        "--docker", job_image, "--", "600")
+    assert not any((left := _job_containers(f"io.pycli.slurm-job={second}")).values()), left
+    assert _job_containers(f"io.pycli.slurm-job={job_id}") == started and proc.poll() is None
     # pycli is gone (a laptop closed, a killed terminal), and the job is cancelled in Slurm: the
     # epilog removes its containers on every node, and the job's private keys with them.
     proc.kill()  # its ssh children end with the job
@@ -916,10 +931,6 @@ def test_docker_jobs_run_inside_their_allocation_with_their_gpus_and_end_with_it
     rows = {line.split("|")[0]: line.split("|")[1:] for line in steps.splitlines() if line.strip()}
     assert rows[job_id][0].startswith("CANCELLED") and rows[job_id][1] == "node[1-2]", steps
     assert rows[f"{job_id}.0"] == ["COMPLETED", "node[1-2]"], steps
-    # Ctrl-C: pycli cancels the job, and when it returns no container of it is left on any node.
-    _, job_id = _ctrl_c(shared_gpus.inventory, r"GPUS ", "tests/fixtures/gpus_probe.py", "--np", "2",
-                        "--docker", job_image, "--", "600")
-    assert not any((left := _job_containers(f"io.pycli.slurm-job={job_id}")).values()), left
 
 
 def _wait_running(node: str, timeout: float = 60) -> None:

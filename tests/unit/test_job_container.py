@@ -19,7 +19,7 @@ DATA = Path(__file__).resolve().parents[1] / "fixtures" / "recorded"
 HOSTS = (Host(name="n1", address="10.9.0.1", user="train", slots=2), Host(name="n2", address="10.9.0.2", user="train", slots=2))
 
 
-def job(launcher=None, workload="mnist", options=(), port=containers.DEFAULT_JOB_SSH_PORT, slurm=False, **kw):
+def job(launcher=None, workload="mnist", options=(), port=None, slurm=False, **kw):
     container = containers.parse_job_container("horovod/horovod:0.28.1", port, options, HOSTS)
     request = JobRequest(np=4, workload=workload, launcher=launcher, controller=kw.pop("controller", "gloo"),
                          data_dir=DATA, container=container, scheduler="slurm" if slurm else "ssh", **kw)
@@ -105,6 +105,10 @@ def test_through_slurm_the_launchers_run_in_the_containers_without_a_tty():
     assert host.name == "n1" and docker_exec(line, "-i")[3][0] == "horovodrun"
     argv = docker_exec(launch_commands(job(launcher="mpirun", slurm=True))[0][1], "-i")[3]
     assert argv[argv.index("-H") + 1] == "10.9.0.1:2,10.9.0.2:2"
+    # The containers' sshd listens on the job's own port, which their ssh config names: no -p.
+    assert "-p" not in docker_exec(launch_commands(job(slurm=True))[0][1], "-i")[3] and "plm_rsh_args" not in argv
+    given = docker_exec(launch_commands(job(slurm=True, port=2200))[0][1], "-i")[3]
+    assert given[given.index("-p") + 1] == "2200"
     for _, line in launch_commands(job(workload="ddp", slurm=True)):
         env = docker_exec(line, "-i")[1]
         assert env["PET_RDZV_ID"] is None and env["PET_RDZV_ENDPOINT"] is None  # passed on with their values in the batch script
@@ -120,13 +124,17 @@ def test_a_slurm_job_starts_its_containers_with_its_gpus_and_labels_for_the_epil
     (folder / "start.sh").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
     (folder / "start.sh").chmod(0o755)
     line = line.replace(str(plan.job_dir), str(tmp_path))
-    ran = subprocess.run(["bash", "-c", line], env={"SLURM_STEP_GPUS": "1,3", "SLURM_JOB_ID": "77", "PATH": "/usr/bin:/bin"},
-                         capture_output=True, text=True, check=True)
-    assert ran.stdout.splitlines() == ["pycli-job-j1", "horovod/horovod:0.28.1", "12345", "/srv/pycli", str(tmp_path),
+    step = {"SLURM_JOB_ID": "77", "PYCLI_JOB_SSH_PORT": "25077", "PATH": "/usr/bin:/bin"}  # the batch script's
+    ran = subprocess.run(["bash", "-c", line], env={**step, "SLURM_STEP_GPUS": "1,3"}, capture_output=True, text=True, check=True)
+    assert ran.stdout.splitlines() == ["pycli-job-j1", "horovod/horovod:0.28.1", "25077", "/srv/pycli", str(tmp_path),
                                        "1,3", "io.pycli.job=j1", "io.pycli.slurm-job=77"]
-    ran = subprocess.run(["bash", "-c", line], env={"SLURM_JOB_ID": "78", "PATH": "/usr/bin:/bin"},
-                         capture_output=True, text=True, check=True)
+    ran = subprocess.run(["bash", "-c", line], env=step, capture_output=True, text=True, check=True)
     assert ran.stdout.splitlines()[5] == ""  # a job without GPUs: none
+    given = job(slurm=True, port=2200)  # --docker-ssh-port: that port, whatever the job
+    line = containers.slurm_start_line(given.request.container, given.job_id, given.job_dir, given.layout.work_dir)
+    ran = subprocess.run(["bash", "-c", line.replace(str(plan.job_dir), str(tmp_path))], env=step, capture_output=True,
+                         text=True, check=True)
+    assert ran.stdout.splitlines()[2] == "2200"
 
 
 def test_docker_options_hold_no_line_break():
@@ -138,12 +146,20 @@ def test_known_hosts_names_every_host_on_the_job_port():
     line = containers.known_hosts_line(HOSTS, 2222, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOK key")
     assert line.startswith("[n1]:2222,[10.9.0.1]:2222,[n2]:2222,[10.9.0.2]:2222,[localhost]:2222,")
     assert line.endswith(" ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOK\n")
+    # A port picked as the job starts: any port (the key is this job's alone).
+    assert containers.known_hosts_line(HOSTS, None, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOK key").startswith(
+        "[n1]:*,[10.9.0.1]:*,[n2]:*,")
+
+
+def test_the_default_port_is_12345_over_ssh_and_the_job_s_own_through_slurm():
+    assert job().request.container.port(slurm=False) == 12345 and job().request.container.port(slurm=True) is None
+    assert job(port=2200).request.container.port(slurm=True) == 2200
 
 
 def test_container_files_hold_working_keys_and_private_ones_can_be_forgotten(tmp_path):
     folder = tmp_path / "container"
     container = containers.parse_job_container("img", 2200, (), HOSTS)
-    containers.write_container_files(folder, HOSTS, container, "j9")
+    containers.write_container_files(folder, HOSTS, container, "j9", slurm=False)
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     for name in containers.PRIVATE_FILES:
         assert stat.S_IMODE((folder / name).stat().st_mode) == 0o600

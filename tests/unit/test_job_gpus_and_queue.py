@@ -116,3 +116,14 @@ def test_through_slurm_torchrun_meets_on_the_first_node_at_a_port_the_script_pic
     assert job.job_id_env == "PET_RDZV_ID" and job.rendezvous_env == ("PET_RDZV_ENDPOINT", "10.9.0.1")
     assert "export PET_RDZV_ENDPOINT=10.9.0.1:\"$((20000 + SLURM_JOB_ID % 5000))\"\n" in slurm.sbatch_script(job)
     assert batch_job(_plan(), _states(0), time_limit_s=None).rendezvous_env == ()
+
+
+def test_through_slurm_a_docker_job_s_containers_get_an_ssh_port_of_its_own_unless_one_is_named():
+    from pycli.jobs import containers
+
+    own = batch_job(_plan(container=containers.JobContainer("img")), _states(0), time_limit_s=None)
+    assert own.ssh_port_env == "PYCLI_JOB_SSH_PORT"
+    assert 'export PYCLI_JOB_SSH_PORT="$((25000 + SLURM_JOB_ID % 5000))"\n' in slurm.sbatch_script(own)
+    assert batch_job(_plan(container=containers.JobContainer("img", ssh_port=2200)), _states(0),
+                     time_limit_s=None).ssh_port_env == ""
+    assert batch_job(_plan(), _states(0), time_limit_s=None).ssh_port_env == ""

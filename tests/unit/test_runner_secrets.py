@@ -110,7 +110,8 @@ def test_docker_opt_env_values_stay_out_of_the_run_folder(tmp_path, monkeypatch)
     hosts = (Host("node1", "127.0.0.1"),)
     container = containers.parse_job_container("img:1", 2299, [f"-e TOKEN={DOCKER_SECRET} --env=OTHER={DOCKER_SECRET}"], hosts)
     work = PurePosixPath(str(tmp_path / "work"))
-    containers.write_container_files(tmp_path / "work" / "jobs" / "j1" / "container", hosts, container, "j1")  # as staged
+    containers.write_container_files(tmp_path / "work" / "jobs" / "j1" / "container", hosts, container, "j1",
+                                     slurm=False)  # as staged
     request = RunRequest(
         inventory=_local_inventory(tmp_path), playbook=PROJECT_ROOT / "playbooks" / "job_container.yml",
         extravars=containers.playbook_vars(container, "j1", work / "jobs" / "j1", work, "started"),
