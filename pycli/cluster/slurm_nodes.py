@@ -20,6 +20,8 @@ BUSY = ("allocated", "mixed", "completing", "draining")
 
 # sinfo, one line per node: name, state (long), reason, GRES; '|' cannot be in any of them but the reason.
 SINFO_NODES_COMMAND = "sinfo -h -N -o '%N|%T|%G|%E'"
+# Each node's partitions: sinfo -N lists a node once for each partition it is in.
+SINFO_PARTITIONS_COMMAND = "sinfo -h -N -o '%N|%R'"
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,37 @@ def parse_sinfo_nodes(stdout: str) -> dict[str, NodeState]:
         name, state, gres, reason = (part.strip() for part in parts)
         nodes.setdefault(name, NodeState(name, state.lower(), _gres_gpus(gres), printable(reason)))
     return nodes
+
+
+def parse_node_partitions(stdout: str) -> dict[str, tuple[str, ...]]:
+    """node -> its partitions, in sinfo's order, from SINFO_PARTITIONS_COMMAND."""
+    found: dict[str, list[str]] = {}
+    for line in stdout.splitlines():
+        name, _, partition = (part.strip() for part in line.partition("|"))
+        if name and partition and partition not in found.setdefault(name, []):
+            found[name].append(partition)
+    return {name: tuple(partitions) for name, partitions in found.items()}
+
+
+def by_partition(nodes: Sequence[str], partitions: Mapping[str, Sequence[str]]) -> list[tuple[str | None, list[str]]]:
+    """`nodes` in as few groups as there are partitions that hold them all, each group in one
+    partition (a Slurm job, a hold included, runs in one): the partition with most of the nodes
+    left first, of equals the first seen. Nodes of no known partition make one group of partition
+    None (the default)."""
+    left = list(nodes)
+    groups: list[tuple[str | None, list[str]]] = []
+    while left:
+        counts: dict[str, int] = {}
+        for node in left:
+            for partition in partitions.get(node, ()):
+                counts[partition] = counts.get(partition, 0) + 1
+        if not counts:
+            groups.append((None, left))
+            break
+        best = max(counts, key=counts.__getitem__)  # of equals, the first seen: the first node's first partition
+        groups.append((best, [node for node in left if best in partitions.get(node, ())]))
+        left = [node for node in left if best not in partitions.get(node, ())]
+    return groups
 
 
 def drain_command(nodes: Sequence[str], reason: str) -> str:

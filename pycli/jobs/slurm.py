@@ -496,13 +496,14 @@ HOLD_LIMIT_S = 3600
 
 
 def hold_command(nodes: Sequence[str], name: str, limit_s: float = HOLD_LIMIT_S, grant_s: int = HOLD_GRANT_S,
-                 what: str = "check") -> str:
+                 what: str = "check", partition: str | None = None) -> str:
     """salloc of exactly `nodes`, whole (--exclusive), returning once granted (--no-shell), or
     failing after `grant_s` seconds where the nodes are not free by then; `what` holds them
-    (pycli check, pycli bench)."""
-    return shlex.join(["salloc", "--no-shell", "--exclusive", f"--nodes={len(nodes)}", f"--nodelist={','.join(nodes)}",
-                       f"--job-name={name}", f"--time={time_limit(limit_s)}", f"--immediate={grant_s}",
-                       f"--comment=pycli {what}: the nodes it measures, held"])
+    (pycli check, pycli bench). In `partition`, which holds them all (None: the default one)."""
+    where = [f"--partition={partition}"] if partition else []
+    return shlex.join(["salloc", "--no-shell", "--exclusive", *where, f"--nodes={len(nodes)}",
+                       f"--nodelist={','.join(nodes)}", f"--job-name={name}", f"--time={time_limit(limit_s)}",
+                       f"--immediate={grant_s}", f"--comment=pycli {what}: the nodes it measures, held"])
 
 
 def parse_granted(text: str) -> str | None:

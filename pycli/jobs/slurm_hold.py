@@ -9,8 +9,10 @@ node and the jobs running on each:
 - a node a job runs on (allocated, mixed, completing, draining) is named with its jobs and not
   checked at all;
 - the idle ones are held with one exclusive allocation (salloc --no-shell, pycli.jobs.slurm's
-  hold_command), released with scancel when the check ends, also on Ctrl-C or a failure; a
-  check that dies without releasing them lets them go at the allocation's time limit;
+  hold_command) for each partition they need (an allocation is of one partition: nodes in
+  different partitions take one each, pycli.cluster.slurm_nodes.by_partition), released with
+  scancel when the check ends, also on Ctrl-C or a failure; a check that dies without releasing
+  them lets them go at the allocations' time limit;
 - a node Slurm starts no job on and that runs none (drained, down), or that Slurm does not know
   (not in its slurm.conf yet), is checked without being held: nothing can start there
   meanwhile, and a repaired node shows before it is resumed;
@@ -42,7 +44,7 @@ class Hold:
     """What the check does with each node: held, checked unheld, or left alone with its jobs."""
 
     cluster: Cluster  # the nodes the gates check
-    job_id: str = ""  # the allocation holding the idle ones; "" where none is idle
+    job_ids: tuple[str, ...] = ()  # the allocations holding the idle ones, one a partition; none where none is idle
     held: tuple[str, ...] = ()
     unheld: tuple[str, ...] = ()  # no job starts there: drained or down in Slurm
     busy: dict[str, list[str]] = field(default_factory=dict)  # node -> the ids of the jobs on it
@@ -50,7 +52,7 @@ class Hold:
     slurm_error: str = ""  # why Slurm could not be asked: every node checked unheld, and the check fails
 
     def as_json(self) -> dict[str, object]:
-        return {"job_id": self.job_id, "held": list(self.held), "unheld": list(self.unheld), "busy": self.busy,
+        return {"job_id": ",".join(self.job_ids), "held": list(self.held), "unheld": list(self.unheld), "busy": self.busy,
                 "unknown": list(self.unknown), "slurm_error": self.slurm_error}
 
 
@@ -93,13 +95,15 @@ def held_for_check(cluster: Cluster, name: str, say: Callable[[str], None], what
     and said, the idle ones held by an exclusive allocation named `name` (unique to the run)
     until the block ends."""
     try:
-        host, said = ask_slurm(cluster, f"{slurm.squeue_command()} && echo {_SPLIT} && {slurm_nodes.SINFO_NODES_COMMAND}")
+        host, said = ask_slurm(cluster, f"{slurm.squeue_command()} && echo {_SPLIT} && {slurm_nodes.SINFO_NODES_COMMAND} "
+                                        f"&& echo {_SPLIT} && {slurm_nodes.SINFO_PARTITIONS_COMMAND}")
     except PycliError as error:
         say(f"pycli: Slurm cannot be asked ({error}): every node measured without holding it, a job may run beside "
             f"the {what}" + (", and the check fails" if what == "check" else ""))
         yield Hold(cluster, unheld=tuple(h.name for h in cluster.hosts), slurm_error=str(error))
         return
-    queue, _, nodes = said.partition(_SPLIT)
+    queue, _, rest = said.partition(_SPLIT)
+    nodes, _, partitions = rest.partition(_SPLIT)
     hold = plan_hold(cluster, slurm_nodes.parse_sinfo_nodes(nodes), slurm.parse_squeue(queue))
     if hold.unknown:
         say(f"pycli: Slurm: {', '.join(hold.unknown)} checked without holding (not in Slurm's slurm.conf: "
@@ -112,23 +116,27 @@ def held_for_check(cluster: Cluster, name: str, say: Callable[[str], None], what
     if not hold.held:
         yield hold
         return
-    command = slurm.hold_command(hold.held, name, what=what)  # asked where Slurm answered
-    try:
-        answer = ssh_each([(host, command)], slurm.HOLD_GRANT_S + 60, shared=True)[host.name]
-    except BaseException:  # Ctrl-C while salloc waits: the allocation may be granted, its id unread
-        _release(host, slurm.cancel_by_name_command(name), say)
-        raise
-    job_id = slurm.parse_granted(answer.stdout + answer.stderr)
-    if not answer.ok or job_id is None:
-        _release(host, slurm.cancel_by_name_command(name), say)
-        raise PycliError(f"Slurm did not give the {what} {', '.join(hold.held)} within {slurm.HOLD_GRANT_S} s "
-                         f"(salloc on {host.name}: {answer.why()}); a job may have started there meanwhile: check again")
-    say(f"pycli: Slurm: {', '.join(hold.held)} held for this {what} (job {job_id}, exclusive; released when it ends)")
+    job_ids: list[str] = []
+    for partition, group in slurm_nodes.by_partition(hold.held, slurm_nodes.parse_node_partitions(partitions)):
+        command = slurm.hold_command(group, name, what=what, partition=partition)  # asked where Slurm answered
+        try:
+            answer = ssh_each([(host, command)], slurm.HOLD_GRANT_S + 60, shared=True)[host.name]
+        except BaseException:  # Ctrl-C while salloc waits: the allocation may be granted, its id unread
+            _release(host, slurm.cancel_by_name_command(name), say)
+            raise
+        job_id = slurm.parse_granted(answer.stdout + answer.stderr)
+        if not answer.ok or job_id is None:
+            _release(host, slurm.cancel_by_name_command(name), say)  # this one and those granted before it
+            raise PycliError(f"Slurm did not give the {what} {', '.join(group)} within {slurm.HOLD_GRANT_S} s "
+                             f"(salloc on {host.name}: {answer.why()}); a job may have started there meanwhile: check again")
+        job_ids.append(job_id)
+    jobs = f"job {job_ids[0]}" if len(job_ids) == 1 else f"jobs {', '.join(job_ids)}, one a partition"
+    say(f"pycli: Slurm: {', '.join(hold.held)} held for this {what} ({jobs}, exclusive; released when it ends)")
     try:
         with _ended_by_hangup():
-            yield replace(hold, job_id=job_id)
+            yield replace(hold, job_ids=tuple(job_ids))
     finally:
-        _release(host, slurm.cancel_command(job_id), say)
+        _release(host, "; ".join(slurm.cancel_command(job_id) for job_id in job_ids), say)
 
 
 @contextmanager

@@ -118,7 +118,7 @@ def test_where_slurm_cannot_be_asked_every_node_is_checked_unheld_and_the_check_
     _ssh_each(monkeypatch, {"node1": (1, "squeue: error: Unable to contact slurm controller (connect failure)")})
     said: list[str] = []
     with held_for_check(CLUSTER, "pycli-check-x", said.append) as hold:
-        assert hold.unheld == ("node1", "node2", "node3", "node4") and hold.held == () and not hold.job_id
+        assert hold.unheld == ("node1", "node2", "node3", "node4") and hold.held == () and not hold.job_ids
         assert "Unable to contact slurm controller" in hold.slurm_error
     assert said[0].startswith("pycli: Slurm cannot be asked (on node1: squeue: error: Unable to contact slurm controller")
     assert said[0].endswith("every node measured without holding it, a job may run beside the check, and the check fails")
@@ -153,3 +153,43 @@ def test_a_closed_terminal_releases_the_hold_at_once(monkeypatch):
             os.kill(os.getpid(), signal.SIGHUP)
     assert ended.value.code == 128 + signal.SIGHUP and asked[-1] == "scancel 77"
     assert signal.getsignal(signal.SIGHUP) == before
+
+
+def test_idle_nodes_in_different_partitions_are_held_one_allocation_a_partition(monkeypatch):
+    """An allocation is of one partition: node3 and node4 are only in `cpu`, node1 and node2 only in
+    `gpu` (the default), so one salloc without --partition could not hold them all."""
+    from pycli.cluster import slurm_state
+    from pycli.cluster.nodes import NodeOutput
+    from pycli.jobs import slurm_hold
+
+    assert slurm_nodes.parse_node_partitions("node1|gpu\nnode1|all\nnode3|cpu\n\n") == {"node1": ("gpu", "all"),
+                                                                                          "node3": ("cpu",)}
+    assert slurm_nodes.by_partition(["node1", "node2", "node3"], {"node1": ("gpu", "all"), "node2": ("all",),
+                                                                  "node3": ("cpu", "all")}) == [("all", ["node1", "node2", "node3"])]
+    assert slurm_nodes.by_partition(["node1", "node3", "node5"], {"node1": ("gpu",), "node3": ("cpu",)}) == [
+        ("gpu", ["node1"]), ("cpu", ["node3"]), (None, ["node5"])]
+    asked: list[str] = []
+    granted = iter(("41", "42"))
+
+    def ssh_each(commands, timeout_s=0, shared=False):
+        out = {}
+        for host, command in commands:
+            asked.append(command)
+            said = ("@@pycli-sinfo\n" + "".join(f"node{i}|idle|(null)|none\n" for i in (1, 2, 3, 4)) + "@@pycli-sinfo\n"
+                    + "".join(f"node{i}|{'gpu' if i < 3 else 'cpu'}\n" for i in (1, 2, 3, 4))) if command.startswith("squeue") else ""
+            out[host.name] = NodeOutput(host.name, 0, said, f"salloc: Granted job allocation {next(granted)}\n"
+                                        if command.startswith("salloc") else "")
+        return out
+
+    monkeypatch.setattr(slurm_hold, "ssh_each", ssh_each)
+    monkeypatch.setattr(slurm_state, "ssh_each", ssh_each)
+    said: list[str] = []
+    with slurm_hold.held_for_check(CLUSTER, "pycli-check-x", said.append) as hold:
+        assert hold.held == ("node1", "node2", "node3", "node4") and hold.job_ids == ("41", "42")
+        assert hold.as_json()["job_id"] == "41,42"
+    sallocs = [command for command in asked if command.startswith("salloc")]
+    assert [("--partition=gpu" in c and "--nodelist=node1,node2" in c, "--partition=cpu" in c and "--nodelist=node3,node4" in c)
+            for c in sallocs] == [(True, False), (False, True)]
+    assert said[-1] == ("pycli: Slurm: node1, node2, node3, node4 held for this check (jobs 41, 42, one a partition, exclusive; "
+                        "released when it ends)")
+    assert asked[-1] == "scancel 41; scancel 42"
