@@ -64,3 +64,28 @@ def test_every_role_that_writes_an_address_depends_on_the_rule_s_role():
     for role in ("common", "package_cache", "slurm", "monitoring", "ssh_trust"):
         dependencies = yaml.safe_load((ROLES / role / "meta" / "main.yml").read_text())["dependencies"]
         assert {"role": "cluster_address"} in dependencies, role
+
+
+def test_monitoring_refuses_to_listen_unasked_on_a_public_default_route():
+    """The monitoring role's preflight: no interface named and no listen address set, a node whose
+    default route is a public address stops the run; a private one, a named interface or an
+    explicit address passes."""
+    tasks = yaml.safe_load((ROLES / "monitoring" / "tasks" / "facts.yml").read_text())
+    (check,) = [t for t in tasks if t["name"] == "Check the daemons would not answer the internet unasked"]
+    role_vars = yaml.safe_load((ROLES / "monitoring" / "vars" / "main.yml").read_text())
+    condition = "{{ (" + check["ansible.builtin.assert"]["that"].strip() + ") | bool }}"
+
+    def passes(node: dict, listen: str = "") -> bool:
+        names = {key: role_vars[key] for key in ("__monitoring_interface", "__monitoring_address")}
+        said = _template(condition, {"n1": node}, inventory_hostname="n1", monitoring_listen_address=listen,
+                         **{k: _template(v, {"n1": node}, inventory_hostname="n1", **node) for k, v in names.items()}, **node)
+        return said in (True, "True")
+
+    def route(address: str, interface: str | None = None) -> dict:
+        node = _node(interface)
+        node["ansible_facts"]["default_ipv4"]["address"] = address
+        return node
+
+    assert not passes(route("34.120.7.9"))
+    assert passes(route("34.120.7.9"), listen="10.10.0.3") and passes(route("34.120.7.9", "ib-0"))
+    assert passes(route("10.20.0.4")) and passes(route("172.28.246.11"))

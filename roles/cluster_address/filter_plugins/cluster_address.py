@@ -10,6 +10,8 @@ From the node's variables as a play sees them (hostvars[name]), so that a templa
 of every node, also of one not reached in this run (no facts: its inventory address).
 """
 
+import ipaddress
+
 from jinja2.exceptions import UndefinedError
 
 
@@ -32,6 +34,15 @@ def cluster_address(host_vars, name):
     return str(_value(host_vars, "ansible_host") or name)
 
 
+def is_global_address(address):
+    """Whether `address` is an IP address the internet routes (not private, loopback, link-local,
+    shared or reserved): a daemon without authentication must not answer there by default."""
+    try:
+        return ipaddress.ip_address(str(address)).is_global
+    except ValueError:  # a name, not an address
+        return False
+
+
 class FilterModule:
     def filters(self):
-        return {"cluster_address": cluster_address}
+        return {"cluster_address": cluster_address, "is_global_address": is_global_address}
