@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pycli.cluster import runner, slurm_nodes, slurm_state
+from pycli.cluster import runner
 from pycli.cluster.hostfiles import fill_slots, render_hostfile
 from pycli.cluster.model import INTERFACE_VAR, JOBS_KEPT_VAR, NODE_GATE_VAR, Cluster, interface_problem
 from pycli.core.errors import (
@@ -28,15 +28,13 @@ from pycli.core.errors import (
     EXIT_INTERRUPTED,
     BadInput,
     PycliError,
-    Unreachable,
     notice,
     renamed_line,
     warn,
 )
-from pycli.core.paths import PROJECT_ROOT, WORKLOADS_DIR, cache_dir, new_run_dir
+from pycli.core.paths import WORKLOADS_DIR, cache_dir, new_run_dir
 from pycli.jobs import containers
 from pycli.jobs import files as job_files
-from pycli.jobs import slurm_queue as slurm_jobs
 from pycli.jobs import trust as job_trust
 from pycli.jobs.files import content_digest, jobs_kept
 from pycli.jobs.launch import (
@@ -50,12 +48,11 @@ from pycli.jobs.launch import (
     launch_commands,
     slurm_ssh_script,
 )
-from pycli.jobs.processes import JobExit, run_processes
+from pycli.jobs.processes import JobExit
 from pycli.jobs.request import JobRequest
 from pycli.jobs.restarts import plan_restart
+from pycli.jobs.runners import runner_for
 from pycli.jobs.slurm import SLURM, choose_scheduler, queue_options
-
-CONTAINER_PLAYBOOK = PROJECT_ROOT / "playbooks" / "job_container.yml"
 
 # Built-in workloads: script, the launchers that can start it, whether it reads IDX data.
 WORKLOADS = {
@@ -190,21 +187,6 @@ def _elastic_restarts(request: JobRequest, launcher: str) -> JobRequest:
     return request
 
 
-def _run_playbook(inventory: Path, playbook: Path, run_dir: Path, extravars: Mapping[str, object], limit: str, what: str,
-                  on_event: Callable[[Mapping[str, object]], None] | None = None) -> None:
-    request = runner.RunRequest(inventory=inventory, playbook=playbook, extravars=extravars, limit=limit)
-    result = runner.run(request, run_dir, on_event=on_event)
-    if result.unreachable:
-        raise Unreachable(f"{what}: cannot reach {', '.join(result.unreachable)}; see {run_dir}")
-    if result.status != "successful":
-        by_message: dict[str, list[str]] = {}  # the same failure on many hosts is said once
-        for host, host_result in result.hosts.items():
-            if host_result.failed:
-                by_message.setdefault(" ".join(host_result.messages), []).append(host)
-        detail = "; ".join(f"{', '.join(hosts)}: {message}" for message, hosts in by_message.items())
-        raise PycliError(f"{what} failed: {detail or result.status}; see {run_dir}")
-
-
 def stage(plan: JobPlan, run_dir: Path, container_files: Path | None = None) -> JobPlan:
     """The job's files on every node of it (pycli.jobs.files); --elastic jobs get their host
     discovery script too, and horovodrun through Slurm its own ssh."""
@@ -219,34 +201,6 @@ def stage(plan: JobPlan, run_dir: Path, container_files: Path | None = None) -> 
         (slurm_ssh / "ssh").write_text(slurm_ssh_script(plan))
         (slurm_ssh / "ssh").chmod(0o755)
     return job_files.stage(plan, run_dir, container_files, discovery, slurm_ssh)
-
-
-def start_containers(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
-    """--docker: over SSH, the job's container on every node of the job, its sshd answering;
-    through Slurm, only each node's options for the job's first step, which starts them inside
-    its allocation (pycli.jobs.slurm_queue)."""
-    assert plan.request.container is not None
-    state, what = ("prepared", "preparing") if plan.slurm else ("started", "starting")
-    _run_playbook(
-        inventory, CONTAINER_PLAYBOOK, run_dir / "containers",
-        containers.playbook_vars(plan.request.container, plan.job_id, plan.job_dir, plan.layout.work_dir, state),
-        ",".join(h.name for h in plan.hosts), f"{what} the job containers of {plan.request.container.image}",
-    )
-
-
-def remove_containers(plan: JobPlan, inventory: Path, run_dir: Path) -> None:
-    """--docker: no container of the job is left on any node (and with it, none of its ranks),
-    nor the job's container files with its private keys."""
-    assert plan.request.container is not None
-    request = runner.RunRequest(
-        inventory=inventory, playbook=CONTAINER_PLAYBOOK, limit=",".join(h.name for h in plan.hosts),
-        extravars=containers.playbook_vars(plan.request.container, plan.job_id, plan.job_dir, plan.layout.work_dir, "absent"),
-    )
-    result = runner.run(request, run_dir / "containers-removed")
-    if result.status != "successful":
-        hosts = sorted(set(result.unreachable) | {h for h, r in result.hosts.items() if r.failed})
-        warn(f"the job's containers or keys may be left on {', '.join(hosts) or 'its nodes'}: "
-             f"removing them failed; see {run_dir / 'containers-removed'}")
 
 
 def strays_line(left: dict[str, str]) -> str:
@@ -330,15 +284,13 @@ def run_job(
     if request.data_dir is None and workload_needs_data(request.workload):
         request = replace(request, data_dir=digits_dataset(cache_dir()))
     plan = plan_job(cluster, request, layout=layout_of(cluster), job_id=new_job_id())  # bad input before any node
-    node_states: dict[str, slurm_nodes.NodeState] = {}
-    if plan.slurm:  # the nodes Slurm will not start a job on (its health check drained them) are left out
-        node_states = slurm_state.node_states(cluster)
-        if (usable := slurm_jobs.without_unavailable(cluster, node_states, write)) is not cluster:
-            plan = plan_job(usable, request, layout=layout_of(usable), job_id=plan.job_id)
-    inventory = cluster.inventory_path
-    container = plan.request.container
     run_dir = run_dir or new_run_dir("train")
     run_dir.mkdir(parents=True, exist_ok=True)
+    runs = runner_for(cluster, request, run_dir, write)  # over SSH or through Slurm, asked nothing else of the mode
+    if (usable := runs.nodes(cluster)) is not cluster:
+        plan = plan_job(usable, request, layout=layout_of(usable), job_id=plan.job_id)
+    inventory = cluster.inventory_path
+    container = plan.request.container
     how = f"horovodrun --{plan.request.controller}" if plan.launcher == "horovod" else plan.launcher
     if plan.elastic_min_np is not None:
         how += f" --elastic (going on with at least {plan.elastic_min_np} rank(s))"
@@ -356,7 +308,7 @@ def run_job(
         raise PycliError(error.line(inventory)) from None  # before any rank: no restart spent on it
     except BaseException:
         if container is not None:
-            remove_containers(plan, inventory, run_dir)  # the job's keys may be on some nodes already
+            runs.containers_down(plan)  # the job's keys may be on some nodes already
         raise
     finally:
         if container_files is not None:
@@ -365,28 +317,9 @@ def run_job(
     ended: JobExit | None = None
     try:
         if container is not None:
-            up = time.monotonic()
-            start_containers(plan, inventory, run_dir)
-            if plan.slurm:
-                write("pycli: the job's containers start as its first step, inside its allocation; "
-                      "Slurm's epilog removes them as the job ends")
-            else:
-                write(f"pycli: job containers up on {', '.join(h.name for h in plan.hosts)} "
-                      f"(sshd on port {container.port(slurm=False)}) in {time.monotonic() - up:.0f} s")
+            write(runs.containers_up(plan))
         started = time.monotonic()  # the job's own time, as without containers
-        slurm_ids: list[str] = []
-
-        def attempt(plan: JobPlan, time_limit_s: float | None, number: int = 0) -> JobExit:
-            """One attempt: over SSH, or as a Slurm job of its own (each restart waits its turn in the queue)."""
-            if not plan.slurm:
-                return run_processes(plan, write, time_limit_s)
-            ended, slurm_id = slurm_jobs.run_slurm(plan, node_states, run_dir, write, time_limit_s, number)
-            slurm_ids.append(slurm_id)
-            with (run_dir / "job.txt").open("a") as record:
-                record.write(f"slurm job {slurm_id}\n")
-            return ended
-
-        ended = attempt(plan, request.time_limit_s)
+        ended = runs.attempt(plan, request.time_limit_s, 0)
         for number in range(1, 0 if plan.restarts_by_agents else request.max_restarts + 1):
             if ended.code in (0, EXIT_INTERRUPTED) or ended.timed_out or ended.final or ended.detached:
                 break
@@ -399,17 +332,17 @@ def run_job(
             write(after.line(number, request.max_restarts, ended.why))
             plan = after.plan
             left_s = None if request.time_limit_s is None else max(1.0, request.time_limit_s - (time.monotonic() - started))
-            ended = attempt(plan, left_s, number)
+            ended = runs.attempt(plan, left_s, number)
         code = ended.code
     finally:
-        # A job pycli lost sight of goes on in Slurm: its containers and processes are its own.
+        # A job pycli lost sight of goes on (in Slurm): its containers and processes are its own.
         if ended is None or not ended.detached:
             if container is not None:
-                remove_containers(plan, inventory, run_dir)
+                runs.containers_down(plan)
             left = job_files.stop_strays(plan)
     took = time.monotonic() - started
-    if ended.detached:  # attempt() made it: the Slurm job it lost sight of is the newest
-        write(f"pycli: {ended.why}: follow it with 'pycli jobs {inventory} --attach {slurm_ids[-1]}'")
+    if ended.detached:  # the runner lost sight of its newest attempt, which goes on
+        write(f"pycli: {ended.why}: {runs.follow_line()}")
         return TrainOutcome(code, run_dir, run_dir / "results", (), plan)
     results = run_dir / "results"
     if code == EXIT_INTERRUPTED:

@@ -321,7 +321,7 @@ def test_the_end_of_a_docker_job_removes_its_container_files_from_the_node(tmp_p
 
 def test_a_docker_job_whose_staging_fails_still_removes_what_reached_the_nodes(tmp_path, monkeypatch):
     from pycli.core.errors import PycliError
-    from pycli.jobs import train
+    from pycli.jobs import runners, train
     from pycli.jobs.containers import JobContainer
 
     removed = []
@@ -330,7 +330,7 @@ def test_a_docker_job_whose_staging_fails_still_removes_what_reached_the_nodes(t
         raise PycliError("staging the job failed: n2: disk full")
 
     monkeypatch.setattr(train, "stage", failing_stage)
-    monkeypatch.setattr(train, "remove_containers", lambda plan, inventory, run_dir: removed.append(plan.job_id))
+    monkeypatch.setattr(runners.SshRunner, "containers_down", lambda self, plan: removed.append(plan.job_id))
     request = train.JobRequest(np=4, workload="synthetic", container=JobContainer("img"))
     with pytest.raises(PycliError, match="disk full"):
         train.run_job(_cluster(tmp_path), request, run_dir=tmp_path / "run", write=lambda line: None)
@@ -476,3 +476,26 @@ def test_results_come_from_the_node_where_torchrun_s_rendezvous_put_rank_0(tmp_p
     monkeypatch.setattr(job_files, "ssh_each", lambda pairs, shared=False: (
         asked_hosts.extend(host.name for host, _ in pairs) or answer(pairs, shared)))
     assert job_files.rank0_host(elastic, gone={"n2"}).name == "n1" and asked_hosts == ["n1"]
+
+
+def test_the_runner_is_chosen_once_as_the_plan_chooses_the_queue(tmp_path):
+    """run_job never asks which mode it runs in: its runner (pycli.jobs.runners) is Slurm's where
+    the plan goes through the queue, else SSH's; a runner over SSH never loses sight of a job."""
+    from dataclasses import replace as with_
+
+    from pycli.core.errors import PycliError
+    from pycli.jobs import runners, train
+
+    plain = _cluster(tmp_path)
+    slurm = with_(plain, slurm_controller=plain.hosts[0].name)
+    for cluster, scheduler, kind in ((plain, None, runners.SshRunner), (slurm, None, runners.SlurmRunner),
+                                     (slurm, "ssh", runners.SshRunner), (slurm, "slurm", runners.SlurmRunner)):
+        request = train.JobRequest(np=2, workload="synthetic", scheduler=scheduler)
+        runs = runners.runner_for(cluster, request, tmp_path, print)
+        assert type(runs) is kind
+        assert train.plan_job(cluster, request, layout=train.NodeLayout(), job_id="j").slurm == (kind is runners.SlurmRunner)
+    with pytest.raises(PycliError):
+        runners.SshRunner(tmp_path, tmp_path, print).follow_line()
+    slurm_runs = runners.SlurmRunner(tmp_path / "c.ini", tmp_path, print)
+    slurm_runs.slurm_ids.append("42")
+    assert slurm_runs.follow_line() == f"follow it with 'pycli jobs {tmp_path / 'c.ini'} --attach 42'"
