@@ -271,7 +271,7 @@ def training_job(cell: Cell, workload: str, workload_args: Sequence[str], env: S
     if workload == "mnist" and cell.launcher == "torchrun":
         name = "ddp"  # the same training under DistributedDataParallel
         args += ["--backend", cell.backend]
-    return JobRequest(np=cell.placement.processes, workload=name, launcher=cell.launcher,
+    return JobRequest.of(np=cell.placement.processes, workload=name, launcher=cell.launcher,
                       controller=horovodrun_controller(cell), script_args=(*args, *workload_args), env=tuple(env))
 
 
@@ -281,7 +281,7 @@ def allreduce_job(cell: Cell, sizes: str, iters: int, env: Sequence[str] = ()) -
     if cell.device == "cpu":
         args.append("--cpu")
     args += ["--sizes", sizes, "--iters", str(iters), "--metrics", "metrics.jsonl"]
-    return JobRequest(np=cell.placement.processes, workload=str(ALLREDUCE_SCRIPT), launcher=cell.launcher,
+    return JobRequest.of(np=cell.placement.processes, workload=str(ALLREDUCE_SCRIPT), launcher=cell.launcher,
                       controller=horovodrun_controller(cell), script_args=tuple(args), env=tuple(env))
 
 

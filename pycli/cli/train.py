@@ -95,7 +95,7 @@ def train_cmd(
     from pycli.core.errors import BadInput, notice
     from pycli.jobs.containers import parse_job_container
     from pycli.jobs.launch import check_controller
-    from pycli.jobs.request import JobRequest
+    from pycli.jobs.request import Data, JobRequest, Launch, Placement, Queue, Recovery
     from pycli.jobs.train import WORKLOADS, run_job
 
     if workload is not None and workload.startswith("-"):  # `train --np 8 -- --epochs 1`: no workload named
@@ -119,11 +119,12 @@ def train_cmd(
     if docker is not None:
         container = parse_job_container(docker, docker_ssh_port, docker_opt or [], cluster.hosts)
     request = JobRequest(
-        np=np, workload=workload or "mnist", launcher=launcher, controller=controller, script_args=tuple(script_args or ()),
-        network_interface=network_interface, data_dir=data_dir, resume=resume, container=container,
-        time_limit_s=time_limit, max_restarts=max_restarts, elastic_restarts=elastic_restarts,
-        min_np=min_np, elastic=elastic,
-        threads_per_rank=threads_per_rank, env=tuple(env or ()), autotune=autotune, scheduler=scheduler,
-        gpus_per_node=gpus_per_node, account=account, qos=qos, partition=partition,
+        placement=Placement(np=np, gpus_per_node=gpus_per_node, network_interface=network_interface),
+        launch=Launch(workload=workload or "mnist", launcher=launcher, controller=controller,
+                      script_args=tuple(script_args or ()), env=tuple(env or ()), threads_per_rank=threads_per_rank,
+                      autotune=autotune),
+        queue=Queue(scheduler=scheduler, account=account, qos=qos, partition=partition, time_limit_s=time_limit),
+        recovery=Recovery(max_restarts=max_restarts, elastic_restarts=elastic_restarts, min_np=min_np, elastic=elastic),
+        container=container, data=Data(data_dir=data_dir, resume=resume),
     )
     raise typer.Exit(run_job(cluster, request).code)

@@ -276,7 +276,7 @@ def evaluate_allreduce(records: Sequence[Mapping[str, Any]], *, ranks: int, node
 
 def allreduce_request(cluster: Cluster, controller: str, size: int) -> JobRequest:
     """The allreduce gate's job: workloads/allreduce.py on every slot, under horovodrun."""
-    return JobRequest(
+    return JobRequest.of(
         np=cluster.total_slots, workload=str(ALLREDUCE_SCRIPT), launcher="horovod", controller=controller,
         script_args=("--sizes", str(size), "--iters", "5", "--metrics", "metrics.jsonl"),
     )

@@ -221,7 +221,8 @@ def stage(plan: JobPlan, run_dir: Path, container_files: Path | None = None, dis
     said = {name: parse_stage(out.stdout) for name, out in checks.items()}
     # Over SSH pycli gives the GPUs out, from what staging counts; through Slurm, Slurm does, from its
     # Gres (pycli.jobs.slurm_queue.batch_job checks that, before sbatch).
-    if not plan.slurm and (short := gpus_short(plan.request.gpus_per_node, [(h.name, said[h.name].gpus) for h in plan.hosts],
+    counted = [(h.name, said[h.name].gpus) for h in plan.hosts]
+    if not plan.slurm and (short := gpus_short(plan.request.placement.gpus_per_node, counted,
                                                "as staging counted them")) is not None:
         raise BadInput(short)
     log = [f"{name}: cores {s.cpus}, GPUs {s.gpus}; lacked {', '.join(sorted(s.needs)) or 'nothing'}; removed old job folders "

@@ -164,7 +164,7 @@ class JobPlan:
         """torchrun --elastic: how often its agents start the ranks again (--elastic-restarts); else 0."""
         if not self.restarts_by_agents:
             return 0
-        asked = self.request.elastic_restarts
+        asked = self.request.recovery.elastic_restarts
         return DEFAULT_ELASTIC_RESTARTS if asked is None else asked
 
     @property
@@ -202,8 +202,8 @@ def rank_threads(plan: JobPlan, hosts: Sequence[Host] | None = None) -> int | No
     The request's --threads-per-rank when given; else each node's cores shared out between the ranks it runs
     (every rank of the job when the nodes share one machine's cores), the fewest of `hosts`
     (one launcher line may start the ranks of several nodes); None before staging counted the cores."""
-    if plan.request.threads_per_rank:
-        return plan.request.threads_per_rank
+    if plan.request.launch.threads_per_rank:
+        return plan.request.launch.threads_per_rank
     if not plan.node_cpus:
         return None
     cpus = dict(plan.node_cpus)
@@ -235,7 +235,7 @@ def workload_args(plan: JobPlan) -> list[str]:
             args += ["--comm", "ddp"]
     if plan.data_dir is not None:
         args += ["--data-dir", str(remote_data_dir(plan))]
-    return args + list(plan.request.script_args)
+    return args + list(plan.request.launch.script_args)
 
 
 def _program(plan: JobPlan) -> list[str]:
@@ -350,17 +350,17 @@ def autotune_log(plan: JobPlan) -> PurePosixPath:
 
 def horovodrun_argv(plan: JobPlan) -> list[str]:
     argv = [plan.tool("horovodrun"), "-np", str(plan.np)]
-    if plan.request.autotune:
+    if plan.request.launch.autotune:
         argv += ["--autotune", "--autotune-log-file", str(autotune_log(plan))]
     if plan.elastic_min_np is not None:
         argv += ["--min-np", str(plan.elastic_min_np), "--max-np", str(plan.np),
                  "--host-discovery-script", str(plan.discovery_script)]
-    elif plan.logins_as_steps and plan.request.controller == "mpi":
+    elif plan.logins_as_steps and plan.request.launch.controller == "mpi":
         # Open MPI inside the allocation keeps the hosts of -H that Slurm names (job_mpirun_argv).
         argv += ["-H", render_hostfile(slurm_named(plan.hosts), "horovod").strip()]
     else:
         argv += ["-H", render_hostfile(plan.hosts, "horovod").strip()]
-    argv.append("--gloo" if plan.request.controller == "gloo" else "--mpi")
+    argv.append("--gloo" if plan.request.launch.controller == "gloo" else "--mpi")
     if (port := ssh_port_option(plan.ssh_ports)) is not None:
         argv += ["-p", str(port)]
     # horovodrun looks the interface up on every host it talks to; with one host that is
@@ -470,7 +470,7 @@ def torchrun_argv(plan: JobPlan, node_rank: int) -> list[str]:
 
 def cpu_only(plan: JobPlan) -> bool:
     """The job has no GPU: it asked for none (--gpus-per-node 0), or staging found none on any of its nodes."""
-    return plan.request.gpus_per_node == 0 or (bool(plan.node_gpus) and not any(gpus for _, gpus in plan.node_gpus))
+    return plan.request.placement.gpus_per_node == 0 or (bool(plan.node_gpus) and not any(gpus for _, gpus in plan.node_gpus))
 
 
 def gpus_short(asked: int | None, counts: Sequence[tuple[str, int]], counted_by: str) -> str | None:
@@ -484,7 +484,7 @@ def job_gpus_env(plan: JobPlan) -> list[str]:
     """The GPUs a job's ranks see, where pycli gives them out: over SSH with --gpus-per-node N, the
     first N of each node (CUDA_VISIBLE_DEVICES; empty for none). Through Slurm, Slurm sets it to
     the GPUs it allocated the job on each node."""
-    asked = plan.request.gpus_per_node
+    asked = plan.request.placement.gpus_per_node
     if asked is None or plan.slurm:
         return []
     return [f"{GPUS_VAR}={','.join(str(index) for index in range(asked))}"]
@@ -494,7 +494,7 @@ def launch_env(plan: JobPlan) -> list[str]:
     """NAME=VALUE settings of the job beyond threads: Horovod's run settings where Horovod runs
     the collectives on CPUs, the GPUs the job sees, then the user's --env (the later wins)."""
     own = list(HOROVOD_CPU_ENV) if plan.launcher in ("horovod", "mpirun") and cpu_only(plan) else []
-    return [*own, *job_gpus_env(plan), *plan.request.env]
+    return [*own, *job_gpus_env(plan), *plan.request.launch.env]
 
 
 def remote_shell(plan: JobPlan, argv: Sequence[str], hosts: Sequence[Host] | None = None) -> str:

@@ -64,8 +64,8 @@ def _epoch(stdout: str) -> int | None:
 def plan_restart(plan: JobPlan) -> Restart | str:
     """The next attempt of a failed job, or why there is none: up to the request's --np ranks
     on the hosts that answer, and not fewer than its --min-np (all of --np without one)."""
-    wanted_np = plan.request.np
-    min_np = plan.request.min_np or wanted_np
+    wanted_np = plan.request.placement.np
+    min_np = plan.request.recovery.min_np or wanted_np
     answers = ssh_probe(plan.hosts, checkpoint_probe(plan))
     alive = tuple(h for h in plan.hosts if answers[h.name].ok and _epoch(answers[h.name].stdout) is not None)
     lost = tuple(h.name for h in plan.hosts if h not in alive)

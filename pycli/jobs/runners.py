@@ -127,7 +127,7 @@ class SlurmRunner(Runner):
 def runner_for(cluster: Cluster, request: JobRequest, run_dir: Path, write: Callable[[str], None]) -> Runner:
     """The runner of `request` on `cluster`: through Slurm where the job goes through its queue
     (pycli.jobs.slurm.choose_scheduler, as the plan decides it), else over SSH."""
-    kind = SlurmRunner if choose_scheduler(request.scheduler, cluster.has_slurm) == SLURM else SshRunner
+    kind = SlurmRunner if choose_scheduler(request.queue.scheduler, cluster.has_slurm) == SLURM else SshRunner
     return kind(cluster.inventory_path, run_dir, write)
 
 

@@ -53,17 +53,17 @@ def batch_job(plan: JobPlan, states: dict[str, slurm_nodes.NodeState], time_limi
     with --docker, the job's containers started as its first step."""
     tasks = max(host.slots for host in plan.hosts)
     counts = [(h.name, states[h.name].gpus if h.name in states else 0) for h in plan.hosts]
-    if (short := gpus_short(plan.request.gpus_per_node, counts, "in Slurm's Gres")) is not None:
+    if (short := gpus_short(plan.request.placement.gpus_per_node, counts, "in Slurm's Gres")) is not None:
         raise BadInput(short)
     gpus = min(gpus for _, gpus in counts)
-    asked = plan.request.gpus_per_node
-    name = plan.request.workload if "/" not in plan.request.workload else Path(plan.request.workload).stem
+    asked = plan.request.placement.gpus_per_node
+    name = plan.request.launch.workload if "/" not in plan.request.launch.workload else Path(plan.request.launch.workload).stem
     return slurm.BatchJob(
         name=f"{slurm.JOB_NAME_PREFIX}{name}", nodes=tuple(h.name for h in plan.hosts), tasks_per_node=tasks,
         workdir=str(plan.job_dir), output=str(plan.job_dir / "slurm-%j.out"),
         steps=tuple((host.name, line) for host, line in launch_commands(plan)),
         time_limit_s=time_limit_s, gpus_per_node=min(gpus, tasks) if asked is None else asked,
-        queue=slurm.queue_options(plan.request.queue, slurm.SLURM), comment=slurm.job_comment(plan.job_id),
+        queue=slurm.queue_options(plan.request.queue.flags, slurm.SLURM), comment=slurm.job_comment(plan.job_id),
         job_id_env=TORCHRUN_RDZV_ID_ENV if plan.launcher == "torchrun" else "",
         rendezvous_env=(TORCHRUN_RDZV_ENDPOINT_ENV, plan.rank0.address) if plan.launcher == "torchrun" else (),
         elastic=plan.elastic_min_np is not None,

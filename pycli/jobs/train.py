@@ -74,9 +74,9 @@ def new_job_id(now: datetime | None = None) -> str:
 
 def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_id: str) -> JobPlan:
     """Check the request against the cluster and decide every path and host: no side effects."""
-    np, workload, launcher = request.np, request.workload, request.launcher
-    data_dir, resume = request.data_dir, request.resume
-    check_controller(request.controller)
+    np, workload, launcher = request.placement.np, request.launch.workload, request.launch.launcher
+    data_dir, resume = request.data.data_dir, request.data.resume
+    check_controller(request.launch.controller)
     if launcher is not None and launcher not in LAUNCHERS:
         raise BadInput(f"unknown --launcher {launcher!r}; use one of {', '.join(LAUNCHERS)}")
     if workload in WORKLOADS:
@@ -96,14 +96,14 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
         raise BadInput(f"unknown workload {workload!r}; use one of {', '.join(WORKLOADS)} or a path to a .py script")
     if data_dir is not None and not data_dir.is_dir():
         raise BadInput(f"--data-dir {data_dir} is not a folder")
-    if request.time_limit_s is not None and request.time_limit_s <= 0:
-        raise BadInput(f"--time-limit {request.time_limit_s:g}: give the job's time limit in seconds, more than 0")
-    if request.max_restarts < 0:
-        raise BadInput(f"--max-restarts {request.max_restarts}: give how often a failed job starts again, 0 or more")
-    if request.min_np is not None and not (request.max_restarts or request.elastic):
+    if request.queue.time_limit_s is not None and request.queue.time_limit_s <= 0:
+        raise BadInput(f"--time-limit {request.queue.time_limit_s:g}: give the job's time limit in seconds, more than 0")
+    if request.recovery.max_restarts < 0:
+        raise BadInput(f"--max-restarts {request.recovery.max_restarts}: give how often a failed job starts again, 0 or more")
+    if request.recovery.min_np is not None and not (request.recovery.max_restarts or request.recovery.elastic):
         raise BadInput("--min-np says how few ranks a job may go on with; it needs --max-restarts or --elastic")
-    if request.elastic:
-        if launcher == "mpirun" or (launcher == "horovod" and request.controller != "gloo"):
+    if request.recovery.elastic:
+        if launcher == "mpirun" or (launcher == "horovod" and request.launch.controller != "gloo"):
             raise BadInput("--elastic is horovodrun's elastic mode (with its gloo controller) or torchrun's; "
                            "mpirun jobs go on after a loss with --max-restarts --min-np")
         if workload in WORKLOADS and workload not in ELASTIC_WORKLOADS:
@@ -113,33 +113,33 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
         if request.container is not None:
             raise BadInput("--elastic does not work with --docker yet")
     request = _elastic_restarts(request, launcher)
-    if request.min_np is not None and not 1 <= request.min_np <= np:
-        raise BadInput(f"--min-np {request.min_np}: give a number of ranks from 1 to --np {np}")
-    if request.max_restarts and request.container is not None:
+    if request.recovery.min_np is not None and not 1 <= request.recovery.min_np <= np:
+        raise BadInput(f"--min-np {request.recovery.min_np}: give a number of ranks from 1 to --np {np}")
+    if request.recovery.max_restarts and request.container is not None:
         raise BadInput("--max-restarts does not work with --docker yet: restart the job with --resume")
-    scheduler = choose_scheduler(request.scheduler, cluster.has_slurm)
-    queue_options(request.queue, scheduler)
-    if request.gpus_per_node is not None and request.gpus_per_node < 0:
-        raise BadInput(f"--gpus-per-node {request.gpus_per_node}: give the GPUs the job gets on each node, 0 or more")
+    scheduler = choose_scheduler(request.queue.scheduler, cluster.has_slurm)
+    queue_options(request.queue.flags, scheduler)
+    if request.placement.gpus_per_node is not None and request.placement.gpus_per_node < 0:
+        raise BadInput(f"--gpus-per-node {request.placement.gpus_per_node}: give the GPUs the job gets on each node, 0 or more")
     if scheduler == SLURM and request.container is not None and (wider := containers.wider_than_slurm(request.container)):
         raise BadInput(wider)
     if scheduler == SLURM and request.container is not None and not cluster.slurm_node_gate:
         raise BadInput(f"--docker through Slurm needs pycli's node gate, whose epilog removes a job's containers as "
                        f"the job ends, and this inventory sets {NODE_GATE_VAR} off; add --scheduler ssh, or turn it on "
                        "and run 'pycli provision --tags slurm'")
-    if request.threads_per_rank is not None and request.threads_per_rank < 1:
-        raise BadInput(f"--threads-per-rank {request.threads_per_rank}: give the CPU threads of each rank, 1 or more")
-    for setting in request.env:
+    if request.launch.threads_per_rank is not None and request.launch.threads_per_rank < 1:
+        raise BadInput(f"--threads-per-rank {request.launch.threads_per_rank}: give the CPU threads of each rank, 1 or more")
+    for setting in request.launch.env:
         name, equals, _ = setting.partition("=")
         if not equals or not ENV_NAME.fullmatch(name):
             raise BadInput(f"--env {setting!r}: give NAME=VALUE, NAME of letters, digits and '_' not starting with a digit")
-    if request.autotune and launcher != "horovod":
+    if request.launch.autotune and launcher != "horovod":
         raise BadInput(f"--autotune is horovodrun's; this job runs under {launcher}")
     if resume is not None and not resume.is_file():
         raise BadInput(f"--resume {resume} does not exist")
     if resume is not None and workload not in ("mnist", "ddp"):
         raise BadInput("--resume works with the mnist and ddp workloads")
-    network_interface, interface_source = request.network_interface, "--network-interface"
+    network_interface, interface_source = request.placement.network_interface, "--network-interface"
     if not network_interface:
         network_interface, interface_source = cluster.settings.get(INTERFACE_VAR) or None, INTERFACE_VAR
     if network_interface is not None and (why := interface_problem(str(network_interface))) is not None:
@@ -155,11 +155,11 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
     job_process_pattern(layout.work_dir / job_id)  # refuses a work folder a pattern cannot name
     return JobPlan(
         # Frozen all the way down: a caller's lists become tuples.
-        request=replace(request, script_args=tuple(request.script_args), env=tuple(request.env)),
+        request=request.with_(script_args=tuple(request.launch.script_args), env=tuple(request.launch.env)),
         job_id=job_id, launcher=launcher, np=np, hosts=hosts, script=script, layout=layout,
         network_interface=network_interface,
         data_dir=data_dir if needs_data else None, resume=resume,
-        elastic_min_np=(request.min_np or np) if request.elastic else None,
+        elastic_min_np=(request.recovery.min_np or np) if request.recovery.elastic else None,
         data_digest=content_digest(data_dir) if needs_data and data_dir is not None else None,
         jobs_kept=jobs_kept(cluster.settings.get(JOBS_KEPT_VAR)),
         nodes_share_cpus=cluster.nodes_share_cpus, slurm=scheduler == SLURM,
@@ -169,21 +169,21 @@ def plan_job(cluster: Cluster, request: JobRequest, *, layout: NodeLayout, job_i
 def _elastic_restarts(request: JobRequest, launcher: str) -> JobRequest:
     """--max-restarts is pycli's restarts and --elastic-restarts torchrun's agents' ones. For one release
     (NEXT_RELEASE), --max-restarts with --elastic under torchrun still means the agents', with a notice."""
-    agents = request.elastic and launcher == "torchrun"
-    if request.elastic_restarts is not None:
+    agents = request.recovery.elastic and launcher == "torchrun"
+    if request.recovery.elastic_restarts is not None:
         if not agents:
             raise BadInput("--elastic-restarts is how often torchrun's agents start the ranks again under --elastic; "
-                           f"this job runs under {launcher}{'' if request.elastic else ' without --elastic'}: "
+                           f"this job runs under {launcher}{'' if request.recovery.elastic else ' without --elastic'}: "
                            "pycli's own restarts are --max-restarts")
-        if request.elastic_restarts < 0:
-            raise BadInput(f"--elastic-restarts {request.elastic_restarts}: give how often the agents start the ranks "
+        if request.recovery.elastic_restarts < 0:
+            raise BadInput(f"--elastic-restarts {request.recovery.elastic_restarts}: give how often the agents start the ranks "
                            "again, 0 or more")
-    if agents and request.max_restarts:
-        if request.elastic_restarts is not None:
+    if agents and request.recovery.max_restarts:
+        if request.recovery.elastic_restarts is not None:
             raise BadInput("--max-restarts with --elastic under torchrun: its agents restart the ranks "
                            "(--elastic-restarts) and pycli does not start the job again on top; leave out --max-restarts")
         notice(renamed_line("train --max-restarts with --elastic under torchrun", "--elastic-restarts (its agents' restarts)"))
-        return replace(request, max_restarts=0, elastic_restarts=request.max_restarts)
+        return request.with_(max_restarts=0, elastic_restarts=request.recovery.max_restarts)
     return request
 
 
@@ -281,8 +281,8 @@ def run_job(
     follows its hosts, and playbooks run against the inventory it was read from."""
     from pycli.jobs.datasets import digits_dataset
 
-    if request.data_dir is None and workload_needs_data(request.workload):
-        request = replace(request, data_dir=digits_dataset(cache_dir()))
+    if request.data.data_dir is None and workload_needs_data(request.launch.workload):
+        request = request.with_(data_dir=digits_dataset(cache_dir()))
     plan = plan_job(cluster, request, layout=layout_of(cluster), job_id=new_job_id())  # bad input before any node
     run_dir = run_dir or new_run_dir("train")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -291,7 +291,7 @@ def run_job(
         plan = plan_job(usable, request, layout=layout_of(usable), job_id=plan.job_id)
     inventory = cluster.inventory_path
     container = plan.request.container
-    how = f"horovodrun --{plan.request.controller}" if plan.launcher == "horovod" else plan.launcher
+    how = f"horovodrun --{plan.request.launch.controller}" if plan.launcher == "horovod" else plan.launcher
     if plan.elastic_min_np is not None:
         how += f" --elastic (going on with at least {plan.elastic_min_np} rank(s))"
     inside = f" inside {container.image} containers" if container else ""
@@ -319,8 +319,8 @@ def run_job(
         if container is not None:
             write(runs.containers_up(plan))
         started = time.monotonic()  # the job's own time, as without containers
-        ended = runs.attempt(plan, request.time_limit_s, 0)
-        for number in range(1, 0 if plan.restarts_by_agents else request.max_restarts + 1):
+        ended = runs.attempt(plan, request.queue.time_limit_s, 0)
+        for number in range(1, 0 if plan.restarts_by_agents else request.recovery.max_restarts + 1):
             if ended.code in (0, EXIT_INTERRUPTED) or ended.timed_out or ended.final or ended.detached:
                 break
             # Ask first, so a node that is gone costs one SSH timeout, not an Ansible one too.
@@ -329,9 +329,10 @@ def run_job(
                 write(f"pycli: no restart: {after}")
                 break
             job_files.stop_strays(replace(plan, hosts=after.answering))  # what the failed attempt left
-            write(after.line(number, request.max_restarts, ended.why))
+            write(after.line(number, request.recovery.max_restarts, ended.why))
             plan = after.plan
-            left_s = None if request.time_limit_s is None else max(1.0, request.time_limit_s - (time.monotonic() - started))
+            limit_s = request.queue.time_limit_s
+            left_s = None if limit_s is None else max(1.0, limit_s - (time.monotonic() - started))
             ended = runs.attempt(plan, left_s, number)
         code = ended.code
     finally:

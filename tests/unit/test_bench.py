@@ -102,8 +102,8 @@ def test_every_run_of_a_bench_gets_its_env_settings():
     from pycli.bench.plan import Cell, allreduce_job, training_job
 
     cell = Cell("horovod", "gloo", Placement(1, 2))
-    assert training_job(cell, "synthetic", (), ("A=1",)).env == ("A=1",)
-    assert allreduce_job(cell, "1M", 2, ("A=1",)).env == ("A=1",)
+    assert training_job(cell, "synthetic", (), ("A=1",)).launch.env == ("A=1",)
+    assert allreduce_job(cell, "1M", 2, ("A=1",)).launch.env == ("A=1",)
 
 
 # --- the matrix ----------------------------------------------------------------------------
@@ -156,24 +156,25 @@ def test_gpu_clusters_run_what_they_can(cell, workload):
 
 
 def test_each_cell_becomes_the_train_job_that_measures_it():
-    assert training_job(Cell("horovod", "mpi", Placement(2, 1)), "synthetic", ["--width", "8"]) == JobRequest(
+    assert training_job(Cell("horovod", "mpi", Placement(2, 1)), "synthetic", ["--width", "8"]) == JobRequest.of(
         np=2, workload="synthetic", launcher="horovod", controller="mpi", script_args=("--cpu", "--width", "8"))
-    assert training_job(Cell("horovod", "nccl", Placement(2, 4)), "mnist", []) == JobRequest(
+    assert training_job(Cell("horovod", "nccl", Placement(2, 4)), "mnist", []) == JobRequest.of(
         np=8, workload="mnist", launcher="horovod", controller="gloo", script_args=())
-    assert training_job(Cell("torchrun", "gloo", Placement(1, 2)), "mnist", ["--epochs", "1"]) == JobRequest(
+    assert training_job(Cell("torchrun", "gloo", Placement(1, 2)), "mnist", ["--epochs", "1"]) == JobRequest.of(
         np=2, workload="ddp", launcher="torchrun", controller="gloo",
         script_args=("--cpu", "--backend", "gloo", "--epochs", "1"))
-    assert training_job(Cell("mpirun", "mpi", Placement(1, 2)), "synthetic", []).controller == "mpi"
+    assert training_job(Cell("mpirun", "mpi", Placement(1, 2)), "synthetic", []).launch.controller == "mpi"
 
 
 def test_the_allreduce_runs_one_process_per_server_with_the_backends_flags():
     assert allreduce_placement(CPU_NODES) == Placement(2, 1) and allreduce_placement(CPU_NODES[:1]) == Placement(1, 2)
     job = allreduce_job(Cell("torchrun", "gloo", Placement(2, 1)), "4K:1M", 3)
-    assert job.workload.endswith("workloads/allreduce.py") and job.launcher == "torchrun" and job.np == 2
-    assert job.script_args == ("--comm", "torch", "--backend", "gloo", "--cpu", "--sizes", "4K:1M", "--iters", "3",
+    assert job.launch.workload.endswith("workloads/allreduce.py") and job.launch.launcher == "torchrun"
+    assert job.placement.np == 2
+    assert job.launch.script_args == ("--comm", "torch", "--backend", "gloo", "--cpu", "--sizes", "4K:1M", "--iters", "3",
                                "--metrics", "metrics.jsonl")
     horovod = allreduce_job(Cell("horovod", "mpi", Placement(2, 1)), "4K", 2)
-    assert horovod.controller == "mpi" and horovod.script_args[:3] == ("--comm", "horovod", "--cpu")
+    assert horovod.launch.controller == "mpi" and horovod.launch.script_args[:3] == ("--comm", "horovod", "--cpu")
     cells, skipped = plan_allreduce(BenchRequest(backends=("mpi", "gloo", "nccl"), process_counts=(1,)), CPU_NODES)
     assert [c.key for c in cells] == ["horovod-mpi-2x1", "horovod-gloo-2x1"] and skipped[0].cell.backend == "nccl"
     assert plan_allreduce(BenchRequest(backends=("gloo",), process_counts=(1,), allreduce_sizes=None), CPU_NODES) == ([], [])

@@ -131,7 +131,7 @@ def test_elastic_torchrun_counts_the_nodes_that_hold_min_np_whichever_are_left(s
 def test_max_restarts_is_pycli_s_and_elastic_restarts_torchrun_s(capsys):
     """One meaning per flag: --max-restarts is pycli's restarts, --elastic-restarts the agents'."""
     horovod = plan(np=4, elastic=True, max_restarts=2)  # horovodrun --elastic: pycli restarts it on top
-    assert horovod.request.max_restarts == 2 and horovod.elastic_restarts == 0 and not horovod.restarts_by_agents
+    assert horovod.request.recovery.max_restarts == 2 and horovod.elastic_restarts == 0 and not horovod.restarts_by_agents
     with pytest.raises(BadInput, match=r"^--elastic-restarts is how often torchrun's agents .* runs under horovod: "):
         plan(np=4, elastic=True, elastic_restarts=2)
     with pytest.raises(BadInput, match=r"this job runs under torchrun without --elastic: pycli's own restarts are --max-restarts$"):
@@ -145,7 +145,7 @@ def test_max_restarts_is_pycli_s_and_elastic_restarts_torchrun_s(capsys):
 
 def test_max_restarts_with_elastic_torchrun_still_means_the_agents_for_one_release(capsys):
     job = plan(np=4, workload="ddp", elastic=True, max_restarts=2)
-    assert job.elastic_restarts == 2 and job.request.max_restarts == 0 and job.restarts_by_agents
+    assert job.elastic_restarts == 2 and job.request.recovery.max_restarts == 0 and job.restarts_by_agents
     err = capsys.readouterr().err
     assert err == ("pycli: train --max-restarts with --elastic under torchrun is now --elastic-restarts (its agents' "
                    "restarts); the old name goes after release 0.3.0 (CHANGELOG.md)\n")

@@ -21,7 +21,7 @@ HOSTS = (Host(name="n1", address="10.9.0.1", user="train", slots=2), Host(name="
 
 def job(launcher=None, workload="mnist", options=(), port=None, slurm=False, **kw):
     container = containers.parse_job_container("horovod/horovod:0.28.1", port, options, HOSTS)
-    request = JobRequest(np=4, workload=workload, launcher=launcher, controller=kw.pop("controller", "gloo"),
+    request = JobRequest.of(np=4, workload=workload, launcher=launcher, controller=kw.pop("controller", "gloo"),
                          data_dir=DATA, container=container, scheduler="slurm" if slurm else "ssh", **kw)
     cluster = Cluster(hosts=HOSTS, launcher="n1", slurm_controller="n1" if slurm else None)
     return plan_job(cluster, request, layout=NodeLayout(), job_id="j1")

@@ -240,7 +240,7 @@ def _plan(tmp_path, **kw):
     from pycli.jobs.launch import NodeLayout
 
     layout = NodeLayout(work_dir=PurePosixPath(tmp_path / "srv"))
-    request = train.JobRequest(np=4, workload=kw.pop("workload", "synthetic"), **kw)
+    request = train.JobRequest.of(np=4, workload=kw.pop("workload", "synthetic"), **kw)
     return train.plan_job(_cluster(tmp_path), request, layout=layout, job_id="20261124-200000-7")
 
 
@@ -282,7 +282,7 @@ def test_threads_per_rank_given_or_shared_out():
 
     hosts = (Host("n1", "10.9.0.1", slots=4), Host("n2", "10.9.0.2", slots=2))
     cluster = Cluster(hosts=hosts, launcher="n1")
-    plan = plan_job(cluster, JobRequest(np=6, workload="synthetic"), layout=NodeLayout(), job_id="j1")
+    plan = plan_job(cluster, JobRequest.of(np=6, workload="synthetic"), layout=NodeLayout(), job_id="j1")
     staged = replace(plan, node_cpus=(("n1", 16), ("n2", 16)))
     assert rank_threads(staged, [hosts[0]]) == 4 and rank_threads(staged, [hosts[1]]) == 8
     assert rank_threads(staged) == 4  # horovodrun passes one value to every rank: the fewest cores a rank has
@@ -294,10 +294,10 @@ def test_threads_per_rank_given_or_shared_out():
     ((_, line),) = launch_commands(mpirun)
     assert "-x OMP_NUM_THREADS" in line and "OMP_NUM_THREADS=4" in line
     assert rank_threads(replace(staged, nodes_share_cpus=True)) == 2  # 16 cores, all 6 ranks on one machine: 16 // 6
-    assert rank_threads(replace(staged, request=replace(staged.request, threads_per_rank=3))) == 3
+    assert rank_threads(replace(staged, request=staged.request.with_(threads_per_rank=3))) == 3
     assert rank_threads(replace(staged, node_cpus=(("n1", 2), ("n2", 2)))) == 1  # never 0
     with pytest.raises(Exception, match="--threads-per-rank 0"):
-        plan_job(cluster, JobRequest(np=6, workload="synthetic", threads_per_rank=0), layout=NodeLayout(), job_id="j1")
+        plan_job(cluster, JobRequest.of(np=6, workload="synthetic", threads_per_rank=0), layout=NodeLayout(), job_id="j1")
 
 
 @pytest.mark.slow_ansible
@@ -331,7 +331,7 @@ def test_a_docker_job_whose_staging_fails_still_removes_what_reached_the_nodes(t
 
     monkeypatch.setattr(train, "stage", failing_stage)
     monkeypatch.setattr(runners.SshRunner, "containers_down", lambda self, plan: removed.append(plan.job_id))
-    request = train.JobRequest(np=4, workload="synthetic", container=JobContainer("img"))
+    request = train.JobRequest.of(np=4, workload="synthetic", container=JobContainer("img"))
     with pytest.raises(PycliError, match="disk full"):
         train.run_job(_cluster(tmp_path), request, run_dir=tmp_path / "run", write=lambda line: None)
     assert len(removed) == 1
@@ -490,7 +490,7 @@ def test_the_runner_is_chosen_once_as_the_plan_chooses_the_queue(tmp_path):
     slurm = with_(plain, slurm_controller=plain.hosts[0].name)
     for cluster, scheduler, kind in ((plain, None, runners.SshRunner), (slurm, None, runners.SlurmRunner),
                                      (slurm, "ssh", runners.SshRunner), (slurm, "slurm", runners.SlurmRunner)):
-        request = train.JobRequest(np=2, workload="synthetic", scheduler=scheduler)
+        request = train.JobRequest.of(np=2, workload="synthetic", scheduler=scheduler)
         runs = runners.runner_for(cluster, request, tmp_path, print)
         assert type(runs) is kind
         assert train.plan_job(cluster, request, layout=train.NodeLayout(), job_id="j").slurm == (kind is runners.SlurmRunner)

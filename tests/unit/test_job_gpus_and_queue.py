@@ -27,7 +27,7 @@ def _cluster(with_slurm: bool = True) -> Cluster:
 
 
 def _plan(with_slurm: bool = True, **asked):
-    request = JobRequest(**{"np": 4, "workload": "mnist", "data_dir": DATA, "scheduler": None, **asked})
+    request = JobRequest.of(**{"np": 4, "workload": "mnist", "data_dir": DATA, "scheduler": None, **asked})
     return plan_job(_cluster(with_slurm), request, layout=NodeLayout(), job_id="j1")
 
 

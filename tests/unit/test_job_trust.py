@@ -25,7 +25,7 @@ def _plan(tmp_path: Path, hosts: int = 3, **request):
     cluster = Cluster(hosts=nodes, launcher="n1", inventory=tmp_path / "inventory.ini")
     layout = NodeLayout(work_dir=PurePosixPath(tmp_path / "srv"))
     args = {"np": hosts, "workload": "synthetic", **request}
-    return train.plan_job(cluster, train.JobRequest(**args), layout=layout, job_id="20261128-180000-1")
+    return train.plan_job(cluster, train.JobRequest.of(**args), layout=layout, job_id="20261128-180000-1")
 
 
 @pytest.fixture

@@ -135,7 +135,7 @@ def test_nodes_whose_checkpoints_hold_different_epochs_all_go_on_from_the_same_o
     digits = digits_dataset(tmp_path / "cache")
     folders = {"n1": tmp_path / "n1", "n2": tmp_path / "n2"}
     local = Cluster(hosts=tuple(Host(name=name, address="127.0.0.1", slots=1) for name in folders), launcher="n1")
-    request = JobRequest(np=2, workload="ddp", launcher=None, controller="gloo", data_dir=digits,
+    request = JobRequest.of(np=2, workload="ddp", launcher=None, controller="gloo", data_dir=digits,
                          script_args=("--epochs", "6", "--threads", "1"), max_restarts=1)
     job = plan_job(local, request, layout=NodeLayout(venv=PurePosixPath(sys.prefix)), job_id="j1")
     job_dir = str(job.job_dir)

@@ -317,7 +317,7 @@ def test_ctrl_c_while_sbatch_submits_cancels_the_job_once_its_id_is_known(monkey
 
     hosts = (Host("node1", "10.0.0.1", user="root"), Host("node2", "10.0.0.2", user="root"))
     cluster = Cluster(hosts=hosts, launcher="node1", inventory=tmp_path / "inventory.ini")
-    request = train.JobRequest(np=2, workload="synthetic", scheduler="ssh",
+    request = train.JobRequest.of(np=2, workload="synthetic", scheduler="ssh",
                                env=("http_proxy=http://alice:s3cret@proxy.example:3128",))
     plan = train.plan_job(cluster, request, layout=NodeLayout(work_dir=PurePosixPath("/srv/pycli")), job_id="j1")
     asked: list[str] = []
@@ -606,7 +606,7 @@ def test_an_sbatch_that_timed_out_but_queued_the_job_all_the_same_has_it_cancell
 
     hosts = (Host("node1", "10.0.0.1", user="root"), Host("node2", "10.0.0.2", user="root"))
     cluster = Cluster(hosts=hosts, launcher="node1", inventory=tmp_path / "inventory.ini")
-    plan = train.plan_job(cluster, train.JobRequest(np=2, workload="synthetic", scheduler="ssh"),
+    plan = train.plan_job(cluster, train.JobRequest.of(np=2, workload="synthetic", scheduler="ssh"),
                           layout=NodeLayout(work_dir=PurePosixPath("/srv/pycli")), job_id="j1")
     asked: list[str] = []
 

@@ -31,7 +31,7 @@ def cluster(slots=(2, 2), launcher=None, user="root"):
 def plan(c=None, **kw):
     args = dict(np=4, workload="mnist", launcher=None, controller="gloo", script_args=(), data_dir=DATA)
     args.update(kw)
-    return plan_job(c or cluster(), JobRequest(**args), layout=LAYOUT, job_id="j1")
+    return plan_job(c or cluster(), JobRequest.of(**args), layout=LAYOUT, job_id="j1")
 
 
 def only_line(p):
@@ -187,18 +187,18 @@ def test_the_network_interface_comes_from_the_request_else_the_inventory():
 
 
 def test_a_request_is_plain_frozen_data_with_the_defaults_train_uses():
-    request = JobRequest(np=2)
-    assert (request.workload, request.launcher, request.controller, request.script_args) == ("mnist", None, "gloo", ())
-    assert request.network_interface is request.data_dir is request.resume is request.container is None
+    request = JobRequest.of(np=2)
+    assert (request.launch.workload, request.launch.launcher, request.launch.controller, request.launch.script_args) == ("mnist", None, "gloo", ())
+    assert request.placement.network_interface is request.data.data_dir is request.data.resume is request.container is None
     with pytest.raises(AttributeError):
-        request.np = 3  # type: ignore[misc]
+        request.placement.np = 3  # type: ignore[misc]
 
 
 def test_a_job_needs_a_cluster_read_from_an_inventory(tmp_path):
     from pycli.jobs.train import run_job
 
     with pytest.raises(ValueError, match="not read from an inventory"):
-        run_job(cluster(), JobRequest(np=2, workload="synthetic"), run_dir=tmp_path, write=lambda line: None)
+        run_job(cluster(), JobRequest.of(np=2, workload="synthetic"), run_dir=tmp_path, write=lambda line: None)
 
 
 # ------------------------------------------- what reaches a node's shell stays one word
@@ -212,7 +212,7 @@ def _hostile_plan(tmp_path, launcher, venv="my venv", container=None):
     Built directly, past plan_job's checks: the quoting must hold whatever the plan holds."""
     layout = NodeLayout(venv=PurePosixPath(tmp_path / venv), work_dir=PurePosixPath(tmp_path / "work dir"))
     workload = "ddp.py" if launcher == "torchrun" else "mnist.py"
-    request = JobRequest(np=4, launcher=launcher, script_args=("--note", "a b;c"), container=container)
+    request = JobRequest.of(np=4, launcher=launcher, script_args=("--note", "a b;c"), container=container)
     return JobPlan(request=request, job_id="j1", launcher=launcher, np=4, hosts=cluster().hosts,
                    script=WORKLOADS_DIR / workload, layout=layout, network_interface=f"eth0$(touch${{IFS}}{tmp_path}/pwned)")
 
@@ -306,7 +306,7 @@ def test_horovod_s_cpu_settings_apply_where_staging_found_no_gpu():
     torchrun = replace(cpu, launcher="torchrun", rendezvous_port=29500)
     assert not any(setting in line for _, line in launch_commands(torchrun) for setting in HOROVOD_CPU_ENV)
     name = HOROVOD_CPU_ENV[0].split("=")[0]
-    _, argv = only_line(replace(cpu, request=replace(cpu.request, env=(f"{name}=1",))))
+    _, argv = only_line(replace(cpu, request=cpu.request.with_(env=(f"{name}=1",))))
     assert argv.index(f"{name}=1") > argv.index(HOROVOD_CPU_ENV[0])  # the user's value comes later and wins
 
 
@@ -322,9 +322,9 @@ def test_the_plan_carries_the_request_whole_and_frozen():
     from dataclasses import FrozenInstanceError, fields
 
     p = plan(np=3, controller="mpi", script_args=["--epochs", "2"], env=["A=1"], autotune=True)
-    assert p.request.np == 3 and p.request.script_args == ("--epochs", "2") and p.request.env == ("A=1",)
+    assert p.request.placement.np == 3 and p.request.launch.script_args == ("--epochs", "2") and p.request.launch.env == ("A=1",)
     with pytest.raises(FrozenInstanceError):
-        p.request.np = 5
+        p.request.placement.np = 5
     asked = {f.name for f in fields(JobRequest)} - {"np", "launcher", "network_interface", "data_dir", "resume"}
     assert not asked & {f.name for f in fields(JobPlan)}  # only what planning decides sits beside the request
     argv = only_line(p)[1]
