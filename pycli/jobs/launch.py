@@ -323,7 +323,9 @@ def slurm_ssh_script(plan: JobPlan) -> str:
         # ("Unable to create step ...: Memory required by task is not available", Slurm 22.05): the
         # rank never started, and the step is asked for again. The first line srun's stderr
         # carries tells (a rank's own stderr passes on as it is).
-        'first=$(mktemp) || exit 255',
+        # Beside this script, in the job's folder: a login killed before its trap runs leaves it
+        # there, and it goes with the folder (not into /tmp for good).
+        'first=$(mktemp -p "$(dirname "$0")" .first.XXXXXX) || exit 255',
         'trap \'rm -f "$first"\' EXIT',
         "exec 3>&1",  # srun's stdout as it is; its stderr through awk, which keeps the first line
         # horovodrun ends a login by signalling this shell; srun and awk must end with it (SIGKILL

@@ -404,6 +404,10 @@ def test_through_slurm_horovodruns_logins_to_the_job_s_nodes_run_as_steps_of_the
     assert (said.returncode, said.stdout) == (3, "out\n"), said
     assert said.stderr.count("Unable to create step") == 2 and said.stderr.endswith("rank says: no data\n"), said.stderr
     assert (tmp_path / "bin" / "n").read_text().strip() == "3"
+    # The file that keeps srun's first stderr line is made beside the script, in the job's folder, and gone after.
+    (tmp_path / "bin" / "srun").write_text('#!/bin/bash\nls -a "$(dirname "$0")" >&2; exit 5\n')
+    said = _run_slurm_ssh(script, tmp_path, "10.9.0.2", "true")
+    assert said.returncode == 5 and ".first." in said.stderr and not list((tmp_path / "bin").glob(".first.*")), said
     # Over SSH, and in containers, horovodrun logs in as ever.
     assert not plan(replace(cluster(), slurm_controller="n1"), scheduler="ssh").logins_as_steps
     assert not plan(replace(cluster(), slurm_controller="n1"), scheduler=None, launcher="mpirun").logins_as_steps
