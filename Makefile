@@ -44,7 +44,7 @@ CA_FLAG := $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
 # Tools of the venv (ansible, molecule) call each other by name.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: demo test test-pythons test-steps host venv second-venv lint unit unit-torch unit-second integration integration-three-nodes molecule down clean
+.PHONY: demo test test-pythons test-steps host venv second-venv lint unit unit-torch unit-second integration integration-slurm integration-three-nodes molecule down clean
 
 # A local cluster, the whole stack on it, and a Horovod job across its nodes. The first run
 # downloads everything and builds Open MPI and Horovod (about 10 minutes on 2 cores); later
@@ -110,18 +110,19 @@ test-pythons:
 # at a CPU weight of 64 against a node's 1024 (PYCLI_TEST_NODE_CPU_SHARES,
 # molecule/resources/tasks/node_cpu_share.yml): they take what the integration tests leave.
 # Their output comes after the integration tests'.
-# The integration tests run as two lanes: the 2-node cluster's tests, and beside them the 3-node
-# cluster's, whose pytest makes its cluster once the first provisioning has passed (from the
-# cache that filled) and runs its tests as soon as it is there, in the minutes the 2-node tests
-# wait (tests/integration/conftest.py, PYCLI_TEST_LANE); a test that compares the nodes' compute
-# runs alone (PYCLI_TEST_LANES_LOCK). Its output comes after the 2-node lane's.
+# The integration tests run as three lanes (tests/integration/conftest.py, PYCLI_TEST_LANE): the
+# 2-node cluster's tests, and beside them the Slurm tests and the 3-node cluster's, each lane
+# with a cluster of its own, which its pytest makes once the first provisioning has passed (from
+# the cache that filled) and runs its tests on as soon as it is there, in the minutes the 2-node
+# tests wait; a test that compares the nodes' compute runs alone (PYCLI_TEST_LANES_LOCK). Their
+# output comes after the 2-node lane's.
 SIDE_WAIT_S := 300
 SIDE_WAIT = i=0; while [ ! -e $(TIMINGS)/side.go ] && [ $$i -lt $(SIDE_WAIT_S) ]; do sleep 1; i=$$((i+1)); done
 PROVISIONED_WAIT = while [ ! -e $(TIMINGS)/provisioned.go ]; do sleep 1; done
 
 test-steps:
-	@mkdir -p $(TIMINGS) && rm -f $(TIMINGS)/unit.rc $(TIMINGS)/unit-second.rc $(TIMINGS)/niced.rc $(TIMINGS)/side.go $(TIMINGS)/provisioned.go $(TIMINGS)/second-venv.rc $(TIMINGS)/three-nodes.rc
-	@echo "make test: the unit tests that need torch beside the integration tests' first provisioning once its build runs; the second venv and its unit tests, molecule and lint (nice 19), and the 3-node cluster's tests, beside the 2-node cluster's once it has ended (their output follows the 2-node cluster's tests')"
+	@mkdir -p $(TIMINGS) && rm -f $(TIMINGS)/unit.rc $(TIMINGS)/unit-second.rc $(TIMINGS)/niced.rc $(TIMINGS)/side.go $(TIMINGS)/provisioned.go $(TIMINGS)/second-venv.rc $(TIMINGS)/three-nodes.rc $(TIMINGS)/slurm.rc
+	@echo "make test: the unit tests that need torch beside the integration tests' first provisioning once its build runs; the second venv and its unit tests, molecule and lint (nice 19), and the Slurm tests and the 3-node cluster's, beside the 2-node cluster's once it has ended (their output follows the 2-node cluster's tests')"
 	@($(PROVISIONED_WAIT); nice -n 19 $(MAKE) --no-print-directory second-venv >$(TIMINGS)/second-venv.log 2>&1; echo $$? >$(TIMINGS)/second-venv.rc; \
 		if [ "$$(cat $(TIMINGS)/second-venv.rc)" -eq 0 ]; then nice -n 19 $(MAKE) --no-print-directory unit-second >$(TIMINGS)/unit-second.log 2>&1; \
 		else echo "make test: the second venv was not made (see its output), so its unit tests did not run" >$(TIMINGS)/unit-second.log; false; fi; \
@@ -130,10 +131,13 @@ test-steps:
 	($(PROVISIONED_WAIT); PYCLI_TEST_NODE_CPU_SHARES=64 nice -n 19 $(MAKE) --no-print-directory molecule lint >$(TIMINGS)/niced.log 2>&1; echo $$? >$(TIMINGS)/niced.rc) & \
 	(PYCLI_TEST_PROVISIONED=$(TIMINGS)/provisioned.go PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc PYCLI_TEST_LANES_LOCK=$(TIMINGS)/lanes.lock \
 		$(MAKE) --no-print-directory integration-three-nodes >$(TIMINGS)/three-nodes.log 2>&1; echo $$? >$(TIMINGS)/three-nodes.rc) & \
+	(PYCLI_TEST_PROVISIONED=$(TIMINGS)/provisioned.go PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc PYCLI_TEST_LANES_LOCK=$(TIMINGS)/lanes.lock \
+		$(MAKE) --no-print-directory integration-slurm >$(TIMINGS)/slurm.log 2>&1; echo $$? >$(TIMINGS)/slurm.rc) & \
 	PYCLI_TEST_SIDE_GO=$(TIMINGS)/side.go PYCLI_TEST_PROVISIONED=$(TIMINGS)/provisioned.go PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc \
 		PYCLI_TEST_SECOND_PYCLI=$(abspath $(SECOND_BIN))/pycli PYCLI_TEST_SECOND_MADE=$(TIMINGS)/second-venv.rc \
 		PYCLI_TEST_LANE=two-nodes PYCLI_TEST_LANES_LOCK=$(TIMINGS)/lanes.lock $(MAKE) --no-print-directory integration; integration=$$?; touch $(TIMINGS)/provisioned.go; \
-	wait; echo "make test: the output of the 3-node cluster's tests:"; cat $(TIMINGS)/three-nodes.log; \
+	wait; echo "make test: the output of the Slurm tests:"; cat $(TIMINGS)/slurm.log; \
+	echo "make test: the output of the 3-node cluster's tests:"; cat $(TIMINGS)/three-nodes.log; \
 	echo "make test: the output of molecule and lint:"; cat $(TIMINGS)/niced.log; \
 	echo "make test: the output of the second venv:"; cat $(TIMINGS)/second-venv.log; \
 	echo "make test: the output of the unit tests that need torch:"; cat $(TIMINGS)/unit.log; \
@@ -141,8 +145,9 @@ test-steps:
 	unit=$$(cat $(TIMINGS)/unit.rc 2>/dev/null || echo 1); unit_second=$$(cat $(TIMINGS)/unit-second.rc 2>/dev/null || echo 1); \
 	niced=$$(cat $(TIMINGS)/niced.rc 2>/dev/null || echo 1); \
 	second=$$(cat $(TIMINGS)/second-venv.rc 2>/dev/null || echo 1); three=$$(cat $(TIMINGS)/three-nodes.rc 2>/dev/null || echo 1); \
-	if [ "$$integration" -ne 0 ] || [ "$$three" -ne 0 ] || [ "$$unit" -ne 0 ] || [ "$$unit_second" -ne 0 ] || [ "$$niced" -ne 0 ] || [ "$$second" -ne 0 ]; then \
-		echo "make test: FAILED (integration exit $$integration, its 3-node lane $$three; unit exit $$unit (torch) and $$unit_second (the second venv's); molecule and lint exit $$niced; second venv exit $$second)"; exit 1; fi
+	slurm=$$(cat $(TIMINGS)/slurm.rc 2>/dev/null || echo 1); \
+	if [ "$$integration" -ne 0 ] || [ "$$slurm" -ne 0 ] || [ "$$three" -ne 0 ] || [ "$$unit" -ne 0 ] || [ "$$unit_second" -ne 0 ] || [ "$$niced" -ne 0 ] || [ "$$second" -ne 0 ]; then \
+		echo "make test: FAILED (integration exit $$integration, its Slurm lane $$slurm, its 3-node lane $$three; unit exit $$unit (torch) and $$unit_second (the second venv's); molecule and lint exit $$niced; second venv exit $$second)"; exit 1; fi
 	@echo "make test: all green (cache $$($(BIN)/python -m pycli.core.paths PYCLI_CACHE), timings $(TIMINGS))"
 
 host:
@@ -204,12 +209,15 @@ unit-second: second-venv
 	$(SECOND_BIN)/pytest -q tests/unit -m "not torch" --timings $(TIMINGS)/unit-second.tsv
 
 # Where the suite's time goes: the timings table (every test), and its largest entries at the end.
-# Run alone, `make integration` runs the tests of both clusters, the 3-node one's last; make test
-# runs it for the 2-node cluster's (PYCLI_TEST_LANE=two-nodes) and, beside it, the 3-node
-# cluster's lane, which starts its cluster once the first provisioning has passed
-# (tests/integration/conftest.py).
+# Run alone, `make integration` runs every lane's tests in one pytest, on one 2-node cluster and
+# the 3-node one (its tests last); make test runs it for the 2-node cluster's lane
+# (PYCLI_TEST_LANE=two-nodes) and, beside it, the Slurm lane and the 3-node cluster's, which make
+# their clusters once the first provisioning has passed (tests/integration/conftest.py).
 integration: venv
 	$(BIN)/pytest -q tests/integration --timings $(TIMINGS)/integration.tsv
+
+integration-slurm: venv
+	PYCLI_TEST_LANE=slurm $(BIN)/pytest -q tests/integration --timings $(TIMINGS)/integration-slurm.tsv
 
 integration-three-nodes: venv
 	PYCLI_TEST_LANE=three-nodes $(BIN)/pytest -q tests/integration --timings $(TIMINGS)/integration-three-nodes.tsv

@@ -60,16 +60,23 @@ def docker_engine():
 
 @pytest.fixture(scope="session")
 def local_cluster(docker_engine, tmp_path_factory) -> Path:
-    """A 2-node cluster named 'pytest', up for the whole session and removed after it.
+    """A 2-node cluster named 'pytest-<pid>', up for the whole session and removed after it.
 
+    In a lane of make test that follows the first provisioning (the Slurm lane, below), it is made
+    once that provisioning has passed, at the lowest priority (_follows_the_first_provisioning).
     Set PYCLI_KEEP_TEST_CLUSTER=1 to leave it up after the run, to look at it.
     """
+    follows = _follows_the_first_provisioning()
+    if follows and (failure := _wait_for_the_first_provisioning(lambda: False)):
+        pytest.fail(failure, pytrace=False)
     inventory = tmp_path_factory.mktemp("cluster") / f"local-{CLUSTER}.ini"
     # One slot per node: the tests run --np 2 and mean one rank on each node.
     run_pycli(
         "cluster", "up", "--name", CLUSTER, "--nodes", "2", "--slots", "1", "--output", str(inventory),
-        "--ca-bundle", TEST_CA_BUNDLE, check=True,
+        "--ca-bundle", TEST_CA_BUNDLE, check=True, pycli=[*LOW_PRIORITY, *PYCLI] if follows else PYCLI,
     )
+    if follows:
+        _cpu_shares(CLUSTER, 2, LOW_CPU_SHARES)
     yield inventory
     if not os.environ.get("PYCLI_KEEP_TEST_CLUSTER"):
         run_pycli("cluster", "down", "--name", CLUSTER, check=True)
@@ -146,8 +153,16 @@ def first_provisioning(request, local_cluster, tmp_path_factory) -> Path:
     """The run folder of the session's first `pycli provision` (site.yml) of its cluster.
 
     With an empty cache (CI) it builds Open MPI and Horovod (10 to 20 minutes on 2 cores);
-    with a warm one it unpacks them from the cache (PYCLI_CACHE) in a few minutes.
+    with a warm one it unpacks them from the cache (PYCLI_CACHE) in a few minutes. In a lane that
+    follows the first lane's (make test's Slurm lane) it is made from the cache that one filled,
+    at the lowest priority, and the nodes get their CPU weight back once it has ended.
     """
+    if _follows_the_first_provisioning():
+        try:
+            proc = run_pycli("provision", str(local_cluster), timeout=3600, pycli=[*LOW_PRIORITY, *PYCLI])
+        finally:
+            _cpu_shares(CLUSTER, 2, NODE_CPU_SHARES)
+        return _provisioned(proc)
     ended = threading.Event()
     if marker := os.environ.get("PYCLI_TEST_SIDE_GO"):
         threading.Thread(target=_say_when_the_build_runs, args=(Path(os.environ["PYCLI_RUNS"]), Path(marker), ended),
@@ -159,14 +174,20 @@ def first_provisioning(request, local_cluster, tmp_path_factory) -> Path:
     finally:
         ended.set()
         # make test starts molecule and lint once the provisioning has ended, well or not (Makefile),
-        # and the 3-node lane its cluster once it has passed: the exit code says which.
-        if provisioned := os.environ.get("PYCLI_TEST_PROVISIONED"):
+        # and the lanes that follow it their clusters once it has passed: the exit code says which.
+        if provisioned := os.environ.get(PROVISIONED_ENV):
             Path(provisioned).write_text(f"{code}\n")
+    run_folder = _provisioned(proc)
+    _start_three_nodes(request.session, tmp_path_factory)
+    return run_folder
+
+
+def _provisioned(proc: subprocess.CompletedProcess) -> Path:
+    """The run folder a passed `pycli provision` names in its first line."""
     if proc.returncode != 0:
         raise AssertionError(f"pycli provision exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
     found = re.search(r"; run folder (\S+)", proc.stdout)  # provisioning's first line
     assert found, proc.stdout[:2000]
-    _start_three_nodes(request.session, tmp_path_factory)
     return Path(found.group(1))
 
 
@@ -213,47 +234,61 @@ def _wait_for_the_parts_beside(limit_s: float = 3600) -> None:
         print(f"\nwaited {waited:.0f} s for the unit tests to end")
 
 
-# The 3-node cluster is made while the 2-node one's tests run: its `cluster up` and its
-# provisioning (from the cache the first provisioning filled) start once that provisioning has
-# ended, at the lowest priority (nice 19 here, a CPU weight of 64 for its node containers, which
-# no nice value reaches, against a node's 1024), so they take the cores the 2-node tests leave
-# idle (waiting on a dead node, a timeout, Slurm) and not those they use. Its fixture gives the
-# nodes their weight back before any of its tests runs: what they measure (check --deep's
-# compute and links) sees whole nodes.
-# Run by hand, one pytest runs the tests of both clusters, those of the 3-node one last
-# (pytest_collection_modifyitems). `make test` runs them as two lanes, two pytest processes side
-# by side (PYCLI_TEST_LANE): the 2-node cluster's tests in one, the 3-node cluster's in the other,
-# which waits for the first one's first provisioning (PYCLI_TEST_PROVISIONED) before it makes its
-# cluster; so the 3-node tests run in the minutes the 2-node ones spend waiting (on Slurm, a dead
-# node, a timeout), not after them. The compute gate compares nodes measured one after another,
-# and beside the other lane's jobs a healthy node came out at 0.2 to 0.58 of the others (make
-# test, 2026-12-04). So a test that measures the machine's cores (the fixture
-# quiet_machine) holds the lanes' lock (PYCLI_TEST_LANES_LOCK) alone while it runs: it waits for
-# the other lane's running test to end, and the other lane's next test waits for it (every other
-# test holds the lock shared).
+# make test runs the integration tests as three lanes, three pytest processes side by side
+# (PYCLI_TEST_LANE), each with its own cluster: the 2-node cluster's tests; the Slurm tests
+# (the marker `lane("slurm")`), on a 2-node cluster of their own; the 3-node cluster's tests (the
+# fixture three_nodes). The first lane's first provisioning fills the cache (on CI: builds Open
+# MPI and Horovod); the other two lanes wait for it to pass (PYCLI_TEST_PROVISIONED), then make
+# and provision their clusters from that cache at the lowest priority (nice 19 here, a CPU weight
+# of 64 for their node containers, which no nice value reaches, against a node's 1024), so they
+# take the cores the first lane's tests leave idle (waiting on a dead node, a timeout, a poll) and
+# not those they use; the nodes get their weight back before the lane's first test. So the
+# Slurm tests (15 minutes, most of it waiting on the scheduler) and the 3-node ones run beside
+# the 2-node ones, not after them.
+# Run by hand (no PYCLI_TEST_LANE), one pytest runs them all, on one 2-node cluster and the
+# 3-node one: the first lane's tests, the Slurm ones, the 3-node cluster's last
+# (pytest_collection_modifyitems).
+# The compute gate compares nodes measured one after another, and beside the other lane's jobs a
+# healthy node came out at 0.2 to 0.58 of the others (make test, 2026-12-04). So a test that
+# measures the machine's cores (the fixture quiet_machine) holds the lanes' lock
+# (PYCLI_TEST_LANES_LOCK) alone while it runs: it waits for the other lanes' running tests to
+# end, and their next tests wait for it (every other test holds the lock shared).
 THREE_NODES_FIXTURE = "three_nodes"
 LOW_CPU_SHARES, NODE_CPU_SHARES = 64, 1024
 LOW_PRIORITY = ["nice", "-n", "19"]
 LANE_ENV = "PYCLI_TEST_LANE"
-LOCK_ENV = "PYCLI_TEST_LANES_LOCK"  # a path both lanes share; make test sets it (Makefile)
-LANES = {"two-nodes": False, "three-nodes": True}  # lane -> whether it runs the 3-node cluster's tests
+LOCK_ENV = "PYCLI_TEST_LANES_LOCK"  # a path the lanes share; make test sets it (Makefile)
+PROVISIONED_ENV = "PYCLI_TEST_PROVISIONED"  # the file the first lane's first provisioning writes its exit code to
+FIRST_LANE, SLURM_LANE, THREE_NODES_LANE = "two-nodes", "slurm", "three-nodes"
+LANES = (FIRST_LANE, SLURM_LANE, THREE_NODES_LANE)  # in the order one pytest run by hand runs them
 
 
-def _needs_three_nodes(item: pytest.Item) -> bool:
-    return THREE_NODES_FIXTURE in getattr(item, "fixturenames", ())
+def lane_of(item: pytest.Item) -> str:
+    if THREE_NODES_FIXTURE in getattr(item, "fixturenames", ()):
+        return THREE_NODES_LANE
+    mark = item.get_closest_marker("lane")
+    return mark.args[0] if mark else FIRST_LANE
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"lane(name): the lane of make test that runs the test, one of {', '.join(LANES)} "
+                                       f"(default {FIRST_LANE}; a test that needs the fixture {THREE_NODES_FIXTURE} is {THREE_NODES_LANE}'s)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tests of the 3-node cluster after all others, each kind in its own order; under
-    PYCLI_TEST_LANE, only those of the lane's cluster."""
-    items.sort(key=_needs_three_nodes)
+    """The tests in their lanes' order, each lane's in its own; under PYCLI_TEST_LANE, only
+    those of that lane."""
+    unknown = sorted({lane for item in items if (lane := lane_of(item)) not in LANES})
+    if unknown:
+        raise pytest.UsageError(f"lane {', '.join(unknown)} of a test: one of {', '.join(LANES)}")
+    items.sort(key=lambda item: LANES.index(lane_of(item)))
     lane = os.environ.get(LANE_ENV)
     if not lane:
         return
     if lane not in LANES:
         raise pytest.UsageError(f"{LANE_ENV}={lane}: one of {', '.join(LANES)}")
-    kept = [item for item in items if _needs_three_nodes(item) == LANES[lane]]
-    if LANES[lane]:
+    kept = [item for item in items if lane_of(item) == lane]
+    if lane == THREE_NODES_LANE:
         both = [item.nodeid for item in kept if {"local_cluster", "provisioned_cluster"} & set(item.fixturenames)]
         if both:  # the lane would make a 2-node cluster of its own
             raise pytest.UsageError(f"{LANE_ENV}={lane}: these tests need both clusters: {', '.join(both)}")
@@ -261,11 +296,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = kept
 
 
+def _follows_the_first_provisioning() -> bool:
+    """Whether this session is a lane of make test that makes its 2-node cluster after the first
+    lane's first provisioning (from the cache it filled), not beside it."""
+    return os.environ.get(LANE_ENV) == SLURM_LANE and bool(os.environ.get(PROVISIONED_ENV))
+
+
+def _wait_for_the_first_provisioning(stopping) -> str | None:
+    """In a lane of make test but the first, wait until the first lane's first provisioning has
+    ended (PROVISIONED_ENV: it writes its exit code there) or `stopping()`; what failed, or None."""
+    marker = os.environ.get(PROVISIONED_ENV)
+    if not marker or os.environ.get(LANE_ENV) in (None, FIRST_LANE):
+        return None
+    path, started = Path(marker), time.monotonic()
+    while not stopping() and not path.exists():
+        time.sleep(2)
+    said = path.read_text().strip() if path.exists() else "not ended"
+    print(f"\nwaited {time.monotonic() - started:.0f} s for the first provisioning (the first lane's): exit {said or '?'}")
+    if said != "0":
+        return f"the first lane's first provisioning did not pass (exit {said or '?'}): its output says why"
+    return None
+
+
 @contextlib.contextmanager
 def _lanes_lock(exclusive: bool):
     """The lanes' lock (LOCK_ENV), shared or alone; nothing where it is not set. A turnstile in
     front of it keeps a test that waits to hold it alone from waiting behind test after test of
-    the other lane: once it waits, the other lane's next test waits behind it."""
+    the other lanes: once it waits, their next tests wait behind it."""
     path = os.environ.get(LOCK_ENV)
     if not path:
         yield
@@ -313,14 +370,14 @@ def pytest_runtest_call(item: pytest.Item):
     started = time.monotonic()
     with _lanes_lock(exclusive=True):
         if (waited := time.monotonic() - started) > 1:
-            print(f"\nwaited {waited:.0f} s for the other lane's test to end")
+            print(f"\nwaited {waited:.0f} s for the other lanes' tests to end")
         yield
 
 
 @pytest.fixture
 def quiet_machine():
-    """For a test that measures the machine's cores: while it runs, the other lane of make test
-    runs no test (pytest_runtest_call above)."""
+    """For a test that measures the machine's cores: while it runs, the other lanes of make test
+    run no test (pytest_runtest_call above)."""
     return
 
 
@@ -362,25 +419,14 @@ class _ThreeNodes(threading.Thread):
         if code != 0:
             self.failure = f"pycli cluster up --name {CLUSTER3} exited {code}:\n{out}"
             return
-        _cpu_shares(LOW_CPU_SHARES)
+        _cpu_shares(CLUSTER3, 3, LOW_CPU_SHARES)
         code, out = self._pycli("provision", str(self.inventory), "--skip-tags", "docker",
                                 env={"PYCLI_RUNS": str(self.inventory.parent / "runs")})
         if code != 0:
             self.failure = f"pycli provision of {CLUSTER3} exited {code}:\n{out[-6000:]}"
 
     def _first_provisioning_passed(self) -> bool:
-        """In the 3-node lane (make test), wait until the other lane's first provisioning has ended
-        (PYCLI_TEST_PROVISIONED: it writes its exit code there), whose cache this one's is made from."""
-        marker = os.environ.get("PYCLI_TEST_PROVISIONED")
-        if not marker or not os.environ.get(LANE_ENV):
-            return True
-        path, started = Path(marker), time.monotonic()
-        while not self._stopping and not path.exists():
-            time.sleep(2)
-        said = path.read_text().strip() if path.exists() else "not ended"
-        print(f"\nwaited {time.monotonic() - started:.0f} s for the first provisioning (the other lane's): exit {said or '?'}")
-        if said != "0":
-            self.failure = f"the other lane's first provisioning did not pass (exit {said or '?'}): its output says why"
+        self.failure = _wait_for_the_first_provisioning(lambda: self._stopping)
         return self.failure is None
 
     def end(self) -> None:
@@ -396,16 +442,17 @@ class _ThreeNodes(threading.Thread):
                       file=sys.stderr)
 
 
-def _cpu_shares(shares: int) -> None:
+def _cpu_shares(cluster: str, nodes: int, shares: int) -> None:
+    """The CPU weight of a test cluster's node containers (docker update --cpu-shares)."""
     from pycli.local.plan import container_name
 
-    nodes = [container_name(CLUSTER3, f"node{i}") for i in (1, 2, 3)]
-    subprocess.run(["docker", "update", "--cpu-shares", str(shares), *nodes], check=True, capture_output=True)
+    names = [container_name(cluster, f"node{i}") for i in range(1, nodes + 1)]
+    subprocess.run(["docker", "update", "--cpu-shares", str(shares), *names], check=True, capture_output=True)
 
 
 def _start_three_nodes(session: pytest.Session, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Start making the 3-node cluster where a test of this session needs it."""
-    if any(_needs_three_nodes(item) for item in session.items):
+    if any(lane_of(item) == THREE_NODES_LANE for item in session.items):
         _made_here(session.config, tmp_path_factory)
 
 
@@ -429,7 +476,7 @@ def three_nodes(request, docker_engine, tmp_path_factory) -> Path:
     here where no first provisioning ran."""
     maker = request.config.stash.get(_THREE_NODES_KEY, None) or _made_here(request.config, tmp_path_factory)
     started = time.monotonic()
-    # In the 3-node lane this includes the wait for the other lane's first provisioning (up to its
+    # In the 3-node lane this includes the wait for the first lane's first provisioning (up to its
     # own 3600 s), then this cluster's `cluster up` and provisioning at nice 19.
     limit_s = 7200 if os.environ.get(LANE_ENV) else 3600
     maker.join(timeout=limit_s)
@@ -438,6 +485,6 @@ def three_nodes(request, docker_engine, tmp_path_factory) -> Path:
         print(f"\nwaited {waited:.0f} s for the 3-node cluster")
     assert not maker.is_alive(), f"the 3-node cluster was not made within {limit_s} s"
     assert maker.failure is None, maker.failure
-    _cpu_shares(NODE_CPU_SHARES)
-    _wait_for_the_parts_beside()  # the 3-node lane's first test, as the other lane's
+    _cpu_shares(CLUSTER3, 3, NODE_CPU_SHARES)
+    _wait_for_the_parts_beside()  # the 3-node lane's first test, as the other lanes'
     return maker.inventory

@@ -30,7 +30,7 @@ from tests.integration.conftest import CLUSTER, NODE_VENV, node_run, node_shell
 from tests.integration.test_cache_stage import changed_tasks, site_yml_as_typed
 from tests.integration.test_train import RDZV_SOONER
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.lane("slurm")]  # its own lane under make test (conftest.py)
 # The same figures through Slurm as started directly: the global batch (64) is shared out.
 MNIST = ["--", "--epochs", "2"]
 SHORT = ["--", "--width", "8", "--image-size", "32", "--num-iters", "2", "--threads", "1"]
