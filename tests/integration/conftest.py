@@ -63,12 +63,12 @@ def local_cluster(docker_engine, tmp_path_factory) -> Path:
     """A 2-node cluster named 'pytest-<pid>', up for the whole session and removed after it.
 
     In a lane of make test that follows the first provisioning (the Slurm lane, below), it is made
-    once that provisioning has passed, at the lowest priority (_follows_the_first_provisioning).
+    at the lowest priority, its nodes at a low CPU weight until that lane's first provisioning
+    (_follows_the_first_provisioning): node containers that wait cost nothing, and the node image
+    is made once, by the first lane (pycli.local.image holds a lock while it makes it).
     Set PYCLI_KEEP_TEST_CLUSTER=1 to leave it up after the run, to look at it.
     """
     follows = _follows_the_first_provisioning()
-    if follows and (failure := _wait_for_the_first_provisioning(lambda: False)):
-        pytest.fail(failure, pytrace=False)
     inventory = tmp_path_factory.mktemp("cluster") / f"local-{CLUSTER}.ini"
     # One slot per node: the tests run --np 2 and mean one rank on each node.
     run_pycli(
@@ -158,6 +158,8 @@ def first_provisioning(request, local_cluster, tmp_path_factory) -> Path:
     at the lowest priority, and the nodes get their CPU weight back once it has ended.
     """
     if _follows_the_first_provisioning():
+        if failure := _wait_for_the_first_provisioning(lambda: False):
+            pytest.fail(failure, pytrace=False)
         try:
             proc = run_pycli("provision", str(local_cluster), timeout=3600, pycli=[*LOW_PRIORITY, *PYCLI])
         finally:
@@ -272,7 +274,8 @@ def lane_of(item: pytest.Item) -> str:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"lane(name): the lane of make test that runs the test, one of {', '.join(LANES)} "
-                                       f"(default {FIRST_LANE}; a test that needs the fixture {THREE_NODES_FIXTURE} is {THREE_NODES_LANE}'s)")
+                                       f"(default {FIRST_LANE}; a test that needs the fixture {THREE_NODES_FIXTURE} "
+                                       f"is {THREE_NODES_LANE}'s)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
