@@ -114,8 +114,10 @@ test-pythons:
 # 2-node cluster's tests, and beside them the Slurm tests and the 3-node cluster's, each lane
 # with a cluster of its own, which its pytest makes once the first provisioning has passed (from
 # the cache that filled) and runs its tests on as soon as it is there, in the minutes the 2-node
-# tests wait; a test that compares the nodes' compute runs alone (PYCLI_TEST_LANES_LOCK). Their
-# output comes after the 2-node lane's.
+# tests wait; a test that compares the nodes' compute runs alone (PYCLI_TEST_LANES_LOCK), once
+# molecule and lint have ended (PYCLI_TEST_QUIET_AFTER: their last minute, Docker removing
+# molecule's containers and ansible-lint starting, took a healthy node's compute down to 0.14 of
+# the others'). Their output comes after the 2-node lane's.
 SIDE_WAIT_S := 300
 SIDE_WAIT = i=0; while [ ! -e $(TIMINGS)/side.go ] && [ $$i -lt $(SIDE_WAIT_S) ]; do sleep 1; i=$$((i+1)); done
 PROVISIONED_WAIT = while [ ! -e $(TIMINGS)/provisioned.go ]; do sleep 1; done
@@ -129,13 +131,13 @@ test-steps:
 		echo $$? >$(TIMINGS)/unit-second.rc) & \
 	($(SIDE_WAIT); $(MAKE) --no-print-directory unit-torch >$(TIMINGS)/unit.log 2>&1; echo $$? >$(TIMINGS)/unit.rc) & \
 	($(PROVISIONED_WAIT); PYCLI_TEST_NODE_CPU_SHARES=64 nice -n 19 $(MAKE) --no-print-directory molecule lint >$(TIMINGS)/niced.log 2>&1; echo $$? >$(TIMINGS)/niced.rc) & \
-	(PYCLI_TEST_PROVISIONED=$(TIMINGS)/provisioned.go PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc PYCLI_TEST_LANES_LOCK=$(TIMINGS)/lanes.lock \
+	(PYCLI_TEST_PROVISIONED=$(TIMINGS)/provisioned.go PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc PYCLI_TEST_LANES_LOCK=$(TIMINGS)/lanes.lock PYCLI_TEST_QUIET_AFTER=$(TIMINGS)/niced.rc \
 		$(MAKE) --no-print-directory integration-three-nodes >$(TIMINGS)/three-nodes.log 2>&1; echo $$? >$(TIMINGS)/three-nodes.rc) & \
-	(PYCLI_TEST_PROVISIONED=$(TIMINGS)/provisioned.go PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc PYCLI_TEST_LANES_LOCK=$(TIMINGS)/lanes.lock \
+	(PYCLI_TEST_PROVISIONED=$(TIMINGS)/provisioned.go PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc PYCLI_TEST_LANES_LOCK=$(TIMINGS)/lanes.lock PYCLI_TEST_QUIET_AFTER=$(TIMINGS)/niced.rc \
 		$(MAKE) --no-print-directory integration-slurm >$(TIMINGS)/slurm.log 2>&1; echo $$? >$(TIMINGS)/slurm.rc) & \
 	PYCLI_TEST_SIDE_GO=$(TIMINGS)/side.go PYCLI_TEST_PROVISIONED=$(TIMINGS)/provisioned.go PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc \
 		PYCLI_TEST_SECOND_PYCLI=$(abspath $(SECOND_BIN))/pycli PYCLI_TEST_SECOND_MADE=$(TIMINGS)/second-venv.rc \
-		PYCLI_TEST_LANE=two-nodes PYCLI_TEST_LANES_LOCK=$(TIMINGS)/lanes.lock $(MAKE) --no-print-directory integration; integration=$$?; touch $(TIMINGS)/provisioned.go; \
+		PYCLI_TEST_LANE=two-nodes PYCLI_TEST_LANES_LOCK=$(TIMINGS)/lanes.lock PYCLI_TEST_QUIET_AFTER=$(TIMINGS)/niced.rc $(MAKE) --no-print-directory integration; integration=$$?; touch $(TIMINGS)/provisioned.go; \
 	wait; echo "make test: the output of the Slurm tests:"; cat $(TIMINGS)/slurm.log; \
 	echo "make test: the output of the 3-node cluster's tests:"; cat $(TIMINGS)/three-nodes.log; \
 	echo "make test: the output of molecule and lint:"; cat $(TIMINGS)/niced.log; \

@@ -63,7 +63,7 @@ def local_cluster(docker_engine, tmp_path_factory) -> Path:
     """A 2-node cluster named 'pytest-<pid>', up for the whole session and removed after it.
 
     In a lane of make test that follows the first provisioning (the Slurm lane, below), it is made
-    at the lowest priority and its nodes wait at a low CPU weight for its own first provisioning
+    at the lowest priority and its nodes stay at a low CPU weight until its own first provisioning
     (_follows_the_first_provisioning): node containers that wait cost nothing, and the node image
     is made once, by the first lane (pycli.local.image holds a lock while it makes it).
     Set PYCLI_KEEP_TEST_CLUSTER=1 to leave it up after the run, to look at it.
@@ -155,14 +155,18 @@ def first_provisioning(request, local_cluster, tmp_path_factory) -> Path:
     With an empty cache (CI) it builds Open MPI and Horovod (10 to 20 minutes on 2 cores);
     with a warm one it unpacks them from the cache (PYCLI_CACHE) in a few minutes. In a lane that
     follows the first lane's (make test's Slurm lane) it waits for that one, then is made from the
-    cache it filled, at the usual priority and CPU weight: the Slurm lane is make test's longest,
-    and at nice 19 beside the other lanes its provisioning took 11 minutes against 3 alone.
+    cache it filled at the lowest priority, and the nodes get their CPU weight back once it has
+    ended. (At the usual priority it took 2-node tests such as test_cache_stage's 2.5 times as
+    long, and the whole run 13 minutes longer: make test, 2026-12-07.)
     """
     if _follows_the_first_provisioning():
         if failure := _wait_for_the_first_provisioning(lambda: False):
             pytest.fail(failure, pytrace=False)
-        _cpu_shares(CLUSTER, 2, NODE_CPU_SHARES)
-        return _provisioned(run_pycli("provision", str(local_cluster), timeout=3600))
+        try:
+            proc = run_pycli("provision", str(local_cluster), timeout=3600, pycli=[*LOW_PRIORITY, *PYCLI])
+        finally:
+            _cpu_shares(CLUSTER, 2, NODE_CPU_SHARES)
+        return _provisioned(proc)
     ended = threading.Event()
     if marker := os.environ.get("PYCLI_TEST_SIDE_GO"):
         threading.Thread(target=_say_when_the_build_runs, args=(Path(os.environ["PYCLI_RUNS"]), Path(marker), ended),
@@ -238,13 +242,13 @@ def _wait_for_the_parts_beside(limit_s: float = 3600) -> None:
 # (PYCLI_TEST_LANE), each with its own cluster: the 2-node cluster's tests; the Slurm tests
 # (the marker `lane("slurm")`), on a 2-node cluster of their own; the 3-node cluster's tests (the
 # fixture three_nodes). The first lane's first provisioning fills the cache (on CI: builds Open
-# MPI and Horovod); the other two lanes wait for it to pass (PYCLI_TEST_PROVISIONED), then
-# provision their clusters from that cache: the Slurm lane, the longest, at the usual priority;
-# the 3-node lane, which has minutes to spare, at the lowest (nice 19 here, a CPU weight of 64 for
-# its node containers, which no nice value reaches, against a node's 1024), so it takes the cores
-# the other lanes leave idle (waiting on a dead node, a timeout, a poll) and not those they use;
-# its nodes get their weight back before its first test. So the Slurm tests (15 minutes, most of
-# it waiting on the scheduler) and the 3-node ones run beside the 2-node ones, not after them.
+# MPI and Horovod); the other two lanes wait for it to pass (PYCLI_TEST_PROVISIONED), then make
+# and provision their clusters from that cache at the lowest priority (nice 19 here, a CPU weight
+# of 64 for their node containers, which no nice value reaches, against a node's 1024), so they
+# take the cores the first lane's tests leave idle (waiting on a dead node, a timeout, a poll) and
+# not those they use; the nodes get their weight back before the lane's first test. So the
+# Slurm tests (15 minutes, most of it waiting on the scheduler) and the 3-node ones run beside
+# the 2-node ones, not after them.
 # Run by hand (no PYCLI_TEST_LANE), one pytest runs them all, on one 2-node cluster and the
 # 3-node one: the first lane's tests, the Slurm ones, the 3-node cluster's last
 # (pytest_collection_modifyitems).
@@ -368,6 +372,7 @@ def pytest_runtest_call(item: pytest.Item):
     if not _is_quiet(item):
         yield
         return
+    _wait_for_the_niced_parts()
     started = time.monotonic()
     with _lanes_lock(exclusive=True):
         if (waited := time.monotonic() - started) > 1:
@@ -376,13 +381,32 @@ def pytest_runtest_call(item: pytest.Item):
         yield
 
 
+# make test's molecule and lint (nice 19) end with a burst nice cannot hold back: molecule's last
+# scenario removes its node containers (Docker's daemon deletes their files, at the usual
+# priority) and ansible-lint starts. Twice on 2026-12-07 the compute gate measured in that
+# minute (a healthy node at 0.41 and at 0.14 of the median, the test clusters' nodes idle). So a
+# test that measures the cores first waits, holding nothing, for the file make test writes when
+# both have ended (PYCLI_TEST_QUIET_AFTER).
+QUIET_AFTER_ENV = "PYCLI_TEST_QUIET_AFTER"
+
+
+def _wait_for_the_niced_parts(limit_s: float = 3600) -> None:
+    marker = os.environ.get(QUIET_AFTER_ENV)
+    if not marker:
+        return
+    started = time.monotonic()
+    while not Path(marker).exists():
+        if time.monotonic() - started > limit_s:
+            pytest.fail(f"molecule and lint did not end within {limit_s:.0f} s ({marker})", pytrace=False)
+        time.sleep(2)
+    if (waited := time.monotonic() - started) > 1:
+        print(f"\nwaited {waited:.0f} s for molecule and lint to end")
+
+
 # What a test that measures the cores waits out once it holds the lanes' lock: work a test left
 # running on its cluster's nodes after it ended (a node container booting again after a test
-# stopped it, a job's last processes). make test, 2026-12-07: a healthy node of the 3-node
-# cluster measured at a quarter of another's compute in both rounds of the compute gate, the
-# other lanes' tests all waiting on the lock. The test clusters' nodes (containers pycli-pytest*,
-# a node's CPU weight each) count; molecule's and lint's work, at nice 19 and a CPU weight of
-# 64, hardly takes a core from a node and does not.
+# stopped it, a job's last processes). The test clusters' nodes (containers pycli-pytest*, a
+# node's CPU weight each) count; molecule's, at a CPU weight of 64, are waited for above.
 QUIET_CORES = 0.2  # the test clusters' nodes together, in cores, in two samples running
 QUIET_WAIT_S = 180  # then the test runs anyway, after a line that says what was busy
 
