@@ -224,18 +224,21 @@ def job_image(provisioned_cluster) -> str:
     return JOB_IMAGE
 
 
-def _wait_for_the_parts_beside(limit_s: float = 3600) -> None:
-    marker = os.environ.get("PYCLI_TEST_AFTER")
+def _wait_for_the_parts_beside() -> None:
+    _wait_for_marker(os.environ.get("PYCLI_TEST_AFTER"), "the unit tests")
+
+
+def _wait_for_marker(marker: str | None, what: str, limit_s: float = 3600) -> None:
+    """Wait until the file make test writes when `what` has ended exists (nothing where unset)."""
     if not marker:
         return
     started = time.monotonic()
     while not Path(marker).exists():
         if time.monotonic() - started > limit_s:
-            pytest.fail(f"the unit tests beside the integration tests did not end within {limit_s:.0f} s ({marker})")
+            pytest.fail(f"{what} beside the integration tests did not end within {limit_s:.0f} s ({marker})", pytrace=False)
         time.sleep(2)
-    waited = time.monotonic() - started
-    if waited > 1:
-        print(f"\nwaited {waited:.0f} s for the unit tests to end")
+    if (waited := time.monotonic() - started) > 1:
+        print(f"\nwaited {waited:.0f} s for {what} to end")
 
 
 # make test runs the integration tests as three lanes, three pytest processes side by side
@@ -377,7 +380,6 @@ def pytest_runtest_call(item: pytest.Item):
     with _lanes_lock(exclusive=True):
         if (waited := time.monotonic() - started) > 1:
             print(f"\nwaited {waited:.0f} s for the other lanes' tests to end")
-        _wait_until_the_nodes_are_quiet()
         yield
 
 
@@ -390,56 +392,8 @@ def pytest_runtest_call(item: pytest.Item):
 QUIET_AFTER_ENV = "PYCLI_TEST_QUIET_AFTER"
 
 
-def _wait_for_the_niced_parts(limit_s: float = 3600) -> None:
-    marker = os.environ.get(QUIET_AFTER_ENV)
-    if not marker:
-        return
-    started = time.monotonic()
-    while not Path(marker).exists():
-        if time.monotonic() - started > limit_s:
-            pytest.fail(f"molecule and lint did not end within {limit_s:.0f} s ({marker})", pytrace=False)
-        time.sleep(2)
-    if (waited := time.monotonic() - started) > 1:
-        print(f"\nwaited {waited:.0f} s for molecule and lint to end")
-
-
-# What a test that measures the cores waits out once it holds the lanes' lock: work a test left
-# running on its cluster's nodes after it ended (a node container booting again after a test
-# stopped it, a job's last processes). The test clusters' nodes (containers pycli-pytest*, a
-# node's CPU weight each) count; molecule's, at a CPU weight of 64, are waited for above.
-QUIET_CORES = 0.2  # the test clusters' nodes together, in cores, in two samples running
-QUIET_WAIT_S = 180  # then the test runs anyway, after a line that says what was busy
-
-
-def _busy_test_nodes() -> dict[str, float]:
-    """The test clusters' node containers that used a core's 5 % or more in `docker stats`' sample, in cores."""
-    proc = subprocess.run(["docker", "stats", "--no-stream", "--format", "{{.Name}}\t{{.CPUPerc}}"],
-                          capture_output=True, text=True, timeout=120)
-    busy = {}
-    for line in proc.stdout.splitlines():
-        name, _, percent = line.partition("\t")
-        try:
-            cores = float(percent.strip().rstrip("%")) / 100
-        except ValueError:
-            continue
-        if name.startswith("pycli-pytest") and cores >= 0.05:
-            busy[name] = cores
-    return busy
-
-
-def _wait_until_the_nodes_are_quiet() -> None:
-    started, quiet, first = time.monotonic(), 0, None
-    while quiet < 2:
-        busy = _busy_test_nodes()
-        first = busy if first is None else first
-        quiet = quiet + 1 if sum(busy.values()) < QUIET_CORES else 0
-        if quiet < 2 and time.monotonic() - started > QUIET_WAIT_S:
-            print(f"\nthe test clusters' nodes did not go quiet within {QUIET_WAIT_S} s: "
-                  + ", ".join(f"{name} {cores:.2f} cores" for name, cores in busy.items()))
-            return
-    if first:
-        print(f"\nwaited {time.monotonic() - started:.0f} s for the test clusters' nodes to go quiet; busy at first: "
-              + ", ".join(f"{name} {cores:.2f} cores" for name, cores in first.items()))
+def _wait_for_the_niced_parts() -> None:
+    _wait_for_marker(os.environ.get(QUIET_AFTER_ENV), "molecule and lint")
 
 
 @pytest.fixture
