@@ -40,6 +40,19 @@ def node_shell(node: str, command: str, cluster: str = CLUSTER) -> tuple[int, st
     return node_run(node, "bash", "-c", command, cluster=cluster)
 
 
+@contextlib.contextmanager
+def frozen(node: str, cluster: str = CLUSTER):
+    """Every process of a node but its init stopped (SIGSTOP), as on a hung node: the kernel
+    still answers TCP, nothing above it does. Not `docker pause`: its cgroup freezer gave up
+    ("unable to freeze") on a loaded CI machine, where a signal cannot fail."""
+    code, out = node_shell(node, "kill -STOP -1", cluster=cluster)
+    assert code == 0, out
+    try:
+        yield
+    finally:
+        node_shell(node, "kill -CONT -1", cluster=cluster)
+
+
 def _docker_answers() -> bool:
     try:
         import docker

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_pycli
-from tests.integration.conftest import CLUSTER3, node_shell
+from tests.integration.conftest import CLUSTER3, frozen, node_shell
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,7 +178,7 @@ def test_a_peers_damaged_copy_is_refused_and_the_next_peer_serves(three_nodes, b
 
 
 def test_a_peer_frozen_mid_transfer_costs_seconds_and_the_next_peer_serves(three_nodes, blob):
-    """node2 sends slowly (tc), then freezes (docker pause) while node3 pulls from it: SSH's
+    """node2 sends slowly (tc), then freezes (every process stopped) while node3 pulls from it: SSH's
     keepalives give it up in seconds and node1 serves, where TCP alone would wait for minutes."""
     import threading
     import time
@@ -199,11 +199,10 @@ def test_a_peer_frozen_mid_transfer_costs_seconds_and_the_next_peer_serves(three
         started = time.monotonic()
         pulling.start()
         time.sleep(5)  # 24 MB at 2 Mbit/s takes over 90 s: node2 is mid-transfer
-        _container("node2").pause()
-        pulling.join(230)
-        took = time.monotonic() - started
+        with frozen("node2", cluster=CLUSTER3):
+            pulling.join(230)
+            took = time.monotonic() - started
     finally:
-        _container("node2").unpause()
         _run("node2", "tc qdisc del dev eth0 root")
     code, out = answer.get("pull", (-1, "still pulling after 230 s"))
     assert code == 0, out

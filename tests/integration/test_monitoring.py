@@ -16,7 +16,7 @@ import docker
 import pytest
 
 from tests.conftest import run_pycli
-from tests.integration.conftest import CLUSTER, node_run
+from tests.integration.conftest import CLUSTER, frozen, node_run
 from tests.integration.test_cache_stage import changed_tasks
 from tests.integration.test_node_down import _address
 from tests.integration.test_top import top_frame
@@ -131,14 +131,10 @@ def test_prometheus_scrapes_both_nodes_and_a_second_run_changes_nothing(monitore
     # A frozen node (the kernel answers TCP, nothing above it does: a hung driver looks so) is down
     # within the frame's timeout, its kept connection from the frame above included. Before, the
     # frame waited out that connection's keepalives: 72 s.
-    container = docker.from_env().containers.get(f"pycli-{CLUSTER}-node2")
-    container.pause()
-    try:
+    with frozen("node2"):
         started = time.monotonic()
         frame = top_frame(monitored, "--timeout", "5")
         took = time.monotonic() - started
-    finally:
-        container.unpause()
     print(f"\npycli top --once --timeout 5 with node2 frozen: {took:.1f} s")
     assert took < 5 + 10, f"pycli top took {took:.1f} s with node2 frozen, its --timeout 5"
     assert frame["source"] == "prometheus" and frame["nodes"][0]["up"], frame
