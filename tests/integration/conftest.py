@@ -168,15 +168,19 @@ def first_provisioning(request, local_cluster, tmp_path_factory) -> Path:
     With an empty cache (CI) it builds Open MPI and Horovod (10 to 20 minutes on 2 cores);
     with a warm one it unpacks them from the cache (PYCLI_CACHE) in a few minutes. In a lane that
     follows the first lane's (make test's Slurm lane) it waits for that one, then is made from the
-    cache it filled at the lowest priority, and the nodes get their CPU weight back once it has
-    ended. (At the usual priority it took 2-node tests such as test_cache_stage's 2.5 times as
-    long, and the whole run 13 minutes longer: make test, 2026-12-07.)
+    cache it filled at a middle priority (nice 10, its nodes at a CPU weight of 256), and the
+    nodes get their full weight back once it has ended. The Slurm lane is make test's longest, so
+    its provisioning comes before what runs at the lowest priority (the 3-node cluster's, molecule,
+    the second venv's unit tests), among which it took 14 minutes, against 3 alone; at the usual
+    priority it took 2-node tests such as test_cache_stage's 2.5 times as long, and the whole run
+    13 minutes longer (make test, 2026-12-07).
     """
     if _follows_the_first_provisioning():
         if failure := _wait_for_the_first_provisioning(lambda: False):
             pytest.fail(failure, pytrace=False)
         try:
-            proc = run_pycli("provision", str(local_cluster), timeout=3600, pycli=[*LOW_PRIORITY, *PYCLI])
+            _cpu_shares(CLUSTER, 2, MIDDLE_CPU_SHARES)
+            proc = run_pycli("provision", str(local_cluster), timeout=3600, pycli=[*MIDDLE_PRIORITY, *PYCLI])
         finally:
             _cpu_shares(CLUSTER, 2, NODE_CPU_SHARES)
         return _provisioned(proc)
@@ -259,10 +263,11 @@ def _wait_for_marker(marker: str | None, what: str, limit_s: float = 3600) -> No
 # (the marker `lane("slurm")`), on a 2-node cluster of their own; the 3-node cluster's tests (the
 # fixture three_nodes). The first lane's first provisioning fills the cache (on CI: builds Open
 # MPI and Horovod); the other two lanes wait for it to pass (PYCLI_TEST_PROVISIONED), then make
-# and provision their clusters from that cache at the lowest priority (nice 19 here, a CPU weight
-# of 64 for their node containers, which no nice value reaches, against a node's 1024), so they
-# take the cores the first lane's tests leave idle (waiting on a dead node, a timeout, a poll) and
-# not those they use; the nodes get their weight back before the lane's first test. So the
+# and provision their clusters from that cache at a low priority (the 3-node cluster at nice 19
+# and a CPU weight of 64 for its node containers, which no nice value reaches, against a node's
+# 1024; the Slurm lane's, the longest lane, at nice 10 and 256: first_provisioning), so they take
+# the cores the first lane's tests leave idle (waiting on a dead node, a timeout, a poll) and not
+# those they use; the nodes get their weight back before the lane's first test. So the
 # Slurm tests (15 minutes, most of it waiting on the scheduler) and the 3-node ones run beside
 # the 2-node ones, not after them.
 # Run by hand (no PYCLI_TEST_LANE), one pytest runs them all, on one 2-node cluster and the
@@ -274,8 +279,8 @@ def _wait_for_marker(marker: str | None, what: str, limit_s: float = 3600) -> No
 # (PYCLI_TEST_LANES_LOCK) alone while it runs: it waits for the other lanes' running tests to
 # end, and their next tests wait for it (every other test holds the lock shared).
 THREE_NODES_FIXTURE = "three_nodes"
-LOW_CPU_SHARES, NODE_CPU_SHARES = 64, 1024
-LOW_PRIORITY = ["nice", "-n", "19"]
+LOW_CPU_SHARES, MIDDLE_CPU_SHARES, NODE_CPU_SHARES = 64, 256, 1024
+LOW_PRIORITY, MIDDLE_PRIORITY = ["nice", "-n", "19"], ["nice", "-n", "10"]
 LANE_ENV = "PYCLI_TEST_LANE"
 LOCK_ENV = "PYCLI_TEST_LANES_LOCK"  # a path the lanes share; make test sets it (Makefile)
 PROVISIONED_ENV = "PYCLI_TEST_PROVISIONED"  # the file the first lane's first provisioning writes its exit code to
@@ -388,25 +393,38 @@ def pytest_runtest_call(item: pytest.Item):
     if not _is_quiet(item):
         yield
         return
-    _wait_for_the_niced_parts()
     started = time.monotonic()
-    with _lanes_lock(exclusive=True):
+    with _noisy_steps_held():
         if (waited := time.monotonic() - started) > 1:
-            print(f"\nwaited {waited:.0f} s for the other lanes' tests to end")
+            print(f"\nwaited {waited:.0f} s for a step of molecule or lint to end")
+        started = time.monotonic()
+        with _lanes_lock(exclusive=True):
+            if (waited := time.monotonic() - started) > 1:
+                print(f"\nwaited {waited:.0f} s for the other lanes' tests to end")
+            yield
+
+
+# make test's molecule and lint run at nice 19, but two of their steps are work nice cannot hold
+# back: removing a scenario's node containers (Docker's daemon deletes their files, at the usual
+# priority) and ansible-lint's start. Twice on 2026-12-07 the compute gate measured in such a
+# minute (a healthy node at 0.41 and at 0.14 of the median, the test clusters' nodes idle). Those
+# steps hold this lock shared (Makefile, NOISY); a test that measures the cores holds it alone,
+# so that neither runs while it does (PYCLI_TEST_NOISY_LOCK).
+NOISY_LOCK_ENV = "PYCLI_TEST_NOISY_LOCK"
+
+
+@contextlib.contextmanager
+def _noisy_steps_held():
+    path = os.environ.get(NOISY_LOCK_ENV)
+    if not path:
         yield
-
-
-# make test's molecule and lint (nice 19) end with a burst nice cannot hold back: molecule's last
-# scenario removes its node containers (Docker's daemon deletes their files, at the usual
-# priority) and ansible-lint starts. Twice on 2026-12-07 the compute gate measured in that
-# minute (a healthy node at 0.41 and at 0.14 of the median, the test clusters' nodes idle). So a
-# test that measures the cores first waits, holding nothing, for the file make test writes when
-# both have ended (PYCLI_TEST_QUIET_AFTER).
-QUIET_AFTER_ENV = "PYCLI_TEST_QUIET_AFTER"
-
-
-def _wait_for_the_niced_parts() -> None:
-    _wait_for_marker(os.environ.get(QUIET_AFTER_ENV), "molecule and lint")
+        return
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture
