@@ -106,7 +106,7 @@ def unfinished_line(view: ProvisionView, cluster: Cluster) -> str:
     return f"not finished: {named}; once fixed, 'pycli provision {cluster.inventory_path} --retry' runs on just these"
 
 
-def _ran_slurm(request: ProvisionRequest) -> bool:
+def ran_slurm(request: ProvisionRequest) -> bool:
     """The run went through the slurm role (site.yml, its tag not left out)."""
     return ((request.tags is None or "slurm" in request.tags.split(","))
             and "slurm" not in (request.skip_tags or "").split(",") and request.playbook in ENDS_WITH_RECAP)
@@ -116,7 +116,7 @@ def stale_slurm_line(view: ProvisionView, cluster: Cluster, request: ProvisionRe
     """Where a run through the slurm role did not finish on some nodes, they keep the slurm.conf
     they had while the others have the new one: one line that says so, and what mends it."""
     left = [name for name, state in view.states().items() if state != OK]
-    if not cluster.has_slurm or not left or not _ran_slurm(request) or request.check:
+    if not cluster.has_slurm or not left or not ran_slurm(request) or request.check:
         return ""
     one = len(left) == 1
     return (f"Slurm: {', '.join(left)} {'keeps' if one else 'keep'} the slurm.conf {'it' if one else 'they'} had, unlike "
@@ -131,7 +131,7 @@ def drain_again(cluster: Cluster, request: ProvisionRequest, view: ProvisionView
     from pycli.cluster.slurm_state import set_drained
 
     controller = cluster.slurm_controller
-    if (not cluster.drained or not _ran_slurm(request) or request.check or controller not in view.hosts
+    if (not cluster.drained or not ran_slurm(request) or request.check or controller not in view.hosts
             or view.state(controller) != OK):
         return
     set_drained(cluster, {entry.node: entry.reason for entry in cluster.drained}, say,

@@ -368,6 +368,109 @@ def test_drain_keeps_jobs_off_a_node_in_slurm_too(slurm_cluster):
     wait_for_state("node2", "idle")
 
 
+def _daemon_json(node: str) -> dict:
+    code, out = node_run(node, "cat", "/etc/docker/daemon.json")
+    assert code == 0, out
+    return json.loads(out)
+
+
+class _DrainedCount:
+    """The most nodes Slurm had drained at once, sampled every second while it runs."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.most, self._stop = 0, threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(1):
+            code, out = node_run("node1", "sinfo", "-h", "-N", "-o", "%N|%T")
+            if code == 0:
+                self.most = max(self.most, sum("drain" in line for line in out.splitlines()))
+
+    def __enter__(self) -> "_DrainedCount":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def test_a_rolling_change_takes_the_idle_node_first_and_the_busy_one_after_its_job(slurm_cluster, tmp_path):
+    # A change that restarts Docker on each node (a --docker job's containers would die with it),
+    # rolled one node at a time while a job runs on node1: node2 first, node1 once the job ended.
+    # The job runs until the test sees the roll wait for it (at most 300 s).
+    release = "/tmp/pytest-release-roll"
+    node_run("node1", "rm", "-f", release)
+    code, out = node_run("node1", "sbatch", "-w", "node1", "-N1", "-o", "/dev/null", "--wrap",
+                         f"for i in $(seq 300); do [ -e {release} ] && exit 0; sleep 1; done")
+    assert code == 0 and out.startswith("Submitted batch job "), out
+    job_id = out.split()[-1]
+    deadline = time.monotonic() + 60
+    while _queue()[job_id][1] != "RUNNING":
+        assert time.monotonic() < deadline, _queue()
+        time.sleep(1)
+    warn = json.dumps({"docker_daemon_options": {"log-level": "warn"}})
+    roll = subprocess.Popen([sys.executable, "-m", "pycli", "provision", str(slurm_cluster), "--tags", "docker",
+                             "--batch", "1", "-e", warn], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env={**os.environ, "PYCLI_RUNS": str(tmp_path / "runs")})
+    seen: list[str] = []
+    with _DrainedCount() as drained:
+        _read_until(roll, r"roll: waiting for job\(s\) to end", seen, timeout=600)
+        node_run("node1", "touch", release)
+        rest, _ = roll.communicate(timeout=900)
+    said = "".join(seen) + rest
+    assert roll.returncode == 0, said[-4000:]
+    assert "roll: batch 1 of 2: node2 (idle)" in said
+    assert f"roll: batch 2 of 2: node1 (waits for node1: job(s) {job_id} (root))" in said
+    order = ("roll: node2 gate: passed", "roll: the jobs on node1 have ended", "roll: node1 gate: passed")
+    assert [said.index(line) for line in order] == sorted(said.index(line) for line in order), said[-4000:]
+    assert "roll: done: 2 node(s) changed in 2 batch(es)" in said, said[-3000:]
+    assert drained.most == 1  # never more than --batch nodes out of service
+    code, out = node_run("node1", "sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State")
+    assert code == 0 and out.split() == [f"{job_id}|COMPLETED"], out  # one run, never requeued
+    assert all(_daemon_json(node).get("log-level") == "warn" for node in ("node1", "node2"))
+    assert {node: state for node, (state, _, _) in sinfo().items()} == {"node1": "idle", "node2": "idle"}
+    assert "drained:" not in run_pycli("inventory", "show", str(slurm_cluster)).stdout
+
+    # node1's GPU turns sick: after its change it fails the node gate, stays drained with the
+    # gate's reason, and the roll stops there: node2 keeps what it had.
+    _stand_in("node1", "nvidia-smi", "nvidia-smi-q-a100-remap-pending.txt", "a GPU with a pending row remap")
+    try:
+        error = json.dumps({"docker_daemon_options": {"log-level": "error"}})
+        roll = run_pycli("provision", str(slurm_cluster), "--tags", "docker", "--batch", "1", "-e", error,
+                         env={"PYCLI_RUNS": str(tmp_path / "runs")}, timeout=900)
+        assert roll.returncode == 1, roll.stdout[-4000:] + roll.stderr[-2000:]
+        assert "roll: node1 gate: FAILED: pycli health: GPU 0" in roll.stdout, roll.stdout[-3000:]
+        assert "node1 failed the gate after the change and stay(s) drained" in roll.stdout.splitlines()[-1]
+        assert _daemon_json("node1").get("log-level") == "error" and _daemon_json("node2").get("log-level") == "warn"
+        state, _, reason = sinfo()["node1"]
+        assert "drain" in state and reason.startswith("pycli health: GPU 0") and "row remap" in reason, (state, reason)
+    finally:
+        node_run("node1", "rm", "-f", "/usr/local/bin/nvidia-smi")
+        back = run_pycli("undrain", "node1", "-i", str(slurm_cluster))
+    assert back.returncode == 0, back.stdout + back.stderr
+    wait_for_state("node1", "idle")
+
+    # Slurm itself, rolled to a version it cannot reach in place (Debian 12's 22.05 to 24.11): the
+    # roll's first step, the controller's, refuses in one line; no node is drained or changed.
+    before = node_run("node1", "dpkg-query", "-W", "-f", "${Version}", "slurmctld")[1]
+    jump = run_pycli("provision", str(slurm_cluster), "--tags", "slurm", "--batch", "1", "-e", "slurm_version=24.11.5-1",
+                     env={"PYCLI_RUNS": str(tmp_path / "runs")}, timeout=900)
+    assert jump.returncode != 0, jump.stdout[-3000:]
+    assert f"Slurm {before} cannot be upgraded to 24.11.5-1 in place: 24.11 reads the state of 23.02, 23.11, 24.05 only" \
+        in jump.stdout, jump.stdout[-3000:]
+    assert jump.stdout.strip().splitlines()[-1].endswith("the slurm role failed on the controller node1: no node was changed")
+    assert node_run("node1", "dpkg-query", "-W", "-f", "${Version}", "slurmctld")[1] == before
+    assert {node: state for node, (state, _, _) in sinfo().items()} == {"node1": "idle", "node2": "idle"}
+    # Docker's own settings back, as the other tests know the nodes.
+    back = run_pycli("provision", str(slurm_cluster), "--tags", "docker", env={"PYCLI_RUNS": str(tmp_path / "back")},
+                     timeout=900)
+    assert back.returncode == 0, back.stdout[-3000:]
+
+
 def test_a_job_asking_for_more_gpus_than_its_nodes_have_is_refused_in_one_line(slurm_cluster, tmp_path):
     runs = tmp_path / "runs"
     job = run_pycli("train", "-i", str(slurm_cluster), "synthetic", "--np", "8", "--gpus-per-node", "1", *SHORT,
@@ -738,6 +841,28 @@ def test_slurm_confines_each_job_to_its_own_gpus_on_a_node_with_two_stand_in_gpu
     # More GPUs than the node has: refused at once, in Slurm's one line.
     code, said = node_run("node1", "srun", "--nodelist=node2", "--gres=gpu:3", "true")
     assert code != 0 and said.strip().splitlines()[-1].endswith("Requested node configuration is not available"), said
+
+
+def test_slurmd_starts_only_once_its_gpus_device_files_are_there(shared_gpus, tmp_path):
+    # As after a reboot whose driver makes the device files late: slurmd waits for them (it would
+    # register one GPU of two and its node would go INVAL), then starts with both. On the bed a unit
+    # makes the stand-in GPUs at every boot, as a driver makes a real GPU's.
+    code, out = node_shell("node2", "systemctl is-enabled pycli-standin-gpus.service && systemctl stop slurmd && "
+                                    "rm /dev/nvidia1 && systemctl start --no-block slurmd && sleep 3 && "
+                                    "systemctl is-active slurmd; systemctl status slurmd --no-pager -n 5")
+    assert out.startswith("enabled\n") and "\nactivating\n" in out, out
+    assert "waiting up to 300 s for /dev/nvidia1 before slurmd starts" in out, out
+    code, out = node_shell("node2", "systemctl restart pycli-standin-gpus.service && "
+                                    "for i in $(seq 30); do systemctl is-active --quiet slurmd && break; sleep 1; done; "
+                                    "systemctl is-active slurmd")
+    assert code == 0 and out.strip() == "active", out
+    wait_for_state("node2", "idle")
+    code, gres = node_run("node1", "sinfo", "-h", "-N", "-n", "node2", "-o", "%G")
+    assert code == 0 and gres.strip() == "gpu:2", gres
+    # The stand-in GPUs' unit and slurmd's wait, provisioned again: nothing changes.
+    again = run_pycli("provision", str(shared_gpus.inventory), "--tags", "slurm", env={"PYCLI_RUNS": str(tmp_path)},
+                      timeout=900)
+    assert again.returncode == 0 and changed_tasks(tmp_path) == [], again.stdout[-3000:]
 
 
 def _cpu_seconds(total_cpu: str) -> float:

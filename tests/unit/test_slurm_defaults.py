@@ -112,11 +112,15 @@ HELD_BACK = """slurmd:
 """
 
 
-def _apt_version():
+def _filters():
     spec = importlib.util.spec_from_file_location("slurm_nodes", ROLE / "filter_plugins" / "slurm_nodes.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.slurm_apt_version
+    return module
+
+
+def _apt_version():
+    return _filters().slurm_apt_version
 
 
 @pytest.mark.parametrize(("policy", "version"), [
@@ -130,3 +134,45 @@ def _apt_version():
 ])
 def test_the_version_a_node_has_or_would_get(policy, version):
     assert _apt_version()(policy) == version
+
+
+def test_the_installed_version_and_the_versions_apt_offers():
+    filters = _filters()
+    assert filters.slurm_apt_installed(INSTALLED) == "22.05.8-4+deb12u3"
+    assert filters.slurm_apt_installed(NOT_INSTALLED) == "(none)" and filters.slurm_apt_installed("") == "(none)"
+    assert filters.slurm_apt_has(INSTALLED, "22.05.8-4+deb12u3") and filters.slurm_apt_has(INSTALLED, "22.05*")
+    assert filters.slurm_apt_has(NOT_INSTALLED, "23.11*") and not filters.slurm_apt_has(NOT_INSTALLED, "24.11*")
+    # The priority lines under a version (500 http://...) are not versions.
+    assert not filters.slurm_apt_has(INSTALLED, "500") and not filters.slurm_apt_has(HELD_BACK, "23.11*")
+    assert filters.slurm_version_matches("22.05.8-4+deb12u3", "22.05*")
+    assert not filters.slurm_version_matches("22.05.8-4+deb12u3", "23.11*") and not filters.slurm_version_matches("(none)", "*")
+
+
+def test_a_pinned_version_pins_slurm_s_packages_only():
+    pinned = _filters().slurm_pinned
+    assert [pinned(name, "23.11*") for name in ("munge", "slurmd", "slurm-wlm-basic-plugins", "mariadb-server")] == [
+        "munge", "slurmd=23.11*", "slurm-wlm-basic-plugins=23.11*", "mariadb-server"]
+    assert pinned("slurmd", "") == "slurmd"
+
+
+@pytest.mark.parametrize(("installed", "target", "said"), [
+    # Up to two major releases ahead before 24.11; the same release or nothing installed: fine.
+    ("22.05.8-4+deb12u3", "23.02.7-1", ""),
+    ("22.05.8-4+deb12u3", "23.11*", ""),
+    ("22.05.8-4+deb12u3", "22.05.9-1", ""),
+    ("(none)", "25.11.1-1", ""),
+    ("23.02.1-1", "24.11.5-1", ""),  # 24.11 reads three releases back
+    ("1:24.05.1-1", "25.11*", ""),
+    # Debian 12's Slurm to Debian 13's: one release too far.
+    ("22.05.8-4+deb12u3", "24.11.5-1", "Slurm 22.05.8-4+deb12u3 cannot be upgraded to 24.11.5-1 in place: 24.11 reads "
+                                       "the state of 23.02, 23.11, 24.05 only (jobs and accounting would be lost); "
+                                       "upgrade to 23.11 first"),
+    ("22.05.8", "24.05*", "Slurm 22.05.8 cannot be upgraded to 24.05* in place: 24.05 reads the state of 23.02, 23.11 "
+                          "only (jobs and accounting would be lost); upgrade to 23.11 first"),
+    ("24.05.1", "26.05.1", "Slurm 24.05.1 cannot be upgraded to 26.05.1 in place: 26.05 reads the state of 24.11, "
+                           "25.05, 25.11 only (jobs and accounting would be lost); upgrade to 25.11 first"),
+    ("23.11.4-1", "22.05.8-4", "Slurm 23.11.4-1 cannot go back to 22.05.8-4: a Slurm daemon does not read the state "
+                               "files and database of a later release"),
+])
+def test_slurm_goes_in_place_only_as_far_as_it_reads_the_state_of(installed, target, said):
+    assert _filters().slurm_upgrade_problem(installed, target) == said
