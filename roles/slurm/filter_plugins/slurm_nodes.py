@@ -38,9 +38,14 @@ def slurm_apt_version(policy_stdout: str) -> str:
 
     `apt-cache policy` run with LC_ALL=C: other locales translate "Installed" and "Candidate".
     """
-    found = dict(re.findall(r"^\s*(Installed|Candidate): (\S+)\s*$", policy_stdout, flags=re.MULTILINE))
-    installed, candidate = found.get("Installed", NO_VERSION), found.get("Candidate", NO_VERSION)
+    installed, candidate = _policy_field(policy_stdout, "Installed"), _policy_field(policy_stdout, "Candidate")
     return installed if installed != NO_VERSION else candidate
+
+
+def _policy_field(policy_stdout: str, name: str) -> str:
+    """A field of `apt-cache policy` (LC_ALL=C): "Installed" or "Candidate"; "(none)" where absent."""
+    found = re.search(rf"^\s*{name}: (\S+)\s*$", policy_stdout, flags=re.MULTILINE)
+    return found.group(1) if found else NO_VERSION
 
 
 def slurm_node_problems(sinfo_stdout: str, expected: Mapping[str, object]) -> list[str]:
@@ -72,8 +77,7 @@ def slurm_node_problems(sinfo_stdout: str, expected: Mapping[str, object]) -> li
 
 def slurm_apt_installed(policy_stdout: str) -> str:
     """The installed version of `apt-cache policy` (run with LC_ALL=C), or "(none)"."""
-    found = re.search(r"^\s*Installed: (\S+)\s*$", policy_stdout, flags=re.MULTILINE)
-    return found.group(1) if found else NO_VERSION
+    return _policy_field(policy_stdout, "Installed")
 
 
 def slurm_apt_has(policy_stdout: str, pattern: str) -> bool:
