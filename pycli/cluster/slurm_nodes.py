@@ -42,6 +42,12 @@ class NodeState:
         return self.base not in UNAVAILABLE and not self.state.endswith("*")
 
     @property
+    def answering(self) -> bool:
+        """slurmctld hears from its slurmd: not flagged "*" (no answer to the last ping), not down or
+        of unknown state (a slurmd that has not registered since slurmctld started)."""
+        return not self.state.endswith("*") and self.base not in ("down", "unknown", "not_responding")
+
+    @property
     def busy(self) -> bool:
         """A job runs on it, or is being cleaned up after (a draining node has one still)."""
         return self.base in BUSY

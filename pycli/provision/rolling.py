@@ -4,8 +4,10 @@ Batch by batch: the batch is drained (pycli's drained list, and Slurm's DRAIN wh
 has Slurm) with a reason that says so; pycli waits until the jobs on it have ended (at most
 `job_wait_s`: then it stops and names the jobs, or with `cancel_jobs` cancels them); the playbook
 is applied to the batch alone; the node gate runs on each of its nodes; those that pass are
-resumed. A node that fails its provisioning or its gate stays drained, with the reason, and the
-roll stops there. Idle nodes go first, and never more than N nodes are out of service at once
+resumed, and on a Slurm cluster the next batch starts once Slurm hears from them again (a resumed
+node is "not responding" until its slurmd answers, and gets no job till then). A node that fails
+its provisioning or its gate, or whose slurmd never answers, stays drained, with the reason, and
+the roll stops there. Idle nodes go first, and never more than N nodes are out of service at once
 (nodes drained before the roll, for a reason of someone else's, stay drained and count as theirs).
 Where the run goes through the slurm role, Slurm's own daemons on the controller are changed
 first, without a drain (slurmdbd, then slurmctld: jobs survive both restarts), then the nodes.
@@ -32,8 +34,8 @@ from pycli.cluster import drained as drained_list
 from pycli.cluster.ansible_inventory import hosts_matching
 from pycli.cluster.model import Cluster, Host
 from pycli.cluster.nodes import ssh_each
-from pycli.cluster.slurm_nodes import drain_command, expand_hostlist, printable
-from pycli.cluster.slurm_state import ask_slurm, set_drained, set_resumed
+from pycli.cluster.slurm_nodes import NodeState, drain_command, expand_hostlist, printable
+from pycli.cluster.slurm_state import ask_slurm, node_states, set_drained, set_resumed
 from pycli.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, BadInput, PycliError
 from pycli.jobs.launch import NodeLayout, job_process_pattern, stray_sweep_line
 from pycli.jobs.slurm import parse_squeue, squeue_command
@@ -48,6 +50,10 @@ HEALTH_PROGRAM_COMMAND = (
     "p=$(scontrol show config | sed -n 's/^HealthCheckProgram *= *//p'); "
     'if [ -z "$p" ] || [ "$p" = "(null)" ]; then echo "no HealthCheckProgram in slurm.conf"; exit 0; fi; exec "$p"'
 )
+# How long a resumed node's slurmd gets to answer slurmctld, and after how long it is restarted once.
+SLURMD_ANSWER_WAIT_S = 120.0
+SLURMD_NUDGE_S = 20.0
+RESTART_SLURMD = "systemctl restart slurmd"
 JOB_FOLDER = r"([0-9]{8}-[0-9]{6}-[0-9]+)"  # a job folder's name, as pycli names jobs (stage-job.sh)
 
 
@@ -130,6 +136,12 @@ def probe_line(node: str, answer_ok: bool, stdout: str, why: str) -> tuple[bool,
     return True, f"{len(found.gpus)} GPU(s) healthy"
 
 
+def silent_nodes(states: Mapping[str, NodeState], nodes: Sequence[str]) -> dict[str, str]:
+    """node -> its sinfo state, of `nodes` whose slurmd slurmctld does not hear from (NodeState.answering)."""
+    return {node: states[node].state if node in states else "not in sinfo"
+            for node in nodes if node not in states or not states[node].answering}
+
+
 class _Stop(Exception):
     """The roll stops: its exit code and what is said."""
 
@@ -194,6 +206,38 @@ class _Roll:
         read = gate_line if slurm_gate else probe_line
         answers = ssh_each([(self.host(node), command) for node in nodes], timeout_s=300, shared=True)
         return {node: read(node, answers[node].ok, answers[node].stdout, answers[node].why()) for node in nodes}
+
+    def silent_slurmds(self, nodes: Sequence[str]) -> dict[str, str]:
+        """The resumed `nodes` back in service: Slurm flags a resumed node not responding ("idle*")
+        until its slurmd answers the ping the resume sends, and starts no job there until then. Each
+        gets up to SLURMD_ANSWER_WAIT_S; one still silent after SLURMD_NUDGE_S (a ping lost to the
+        change, a slurmd the change stopped) gets its slurmd restarted, which registers at once (its
+        jobs ended before the change). node -> why, of those that never answer."""
+        if not self.cluster.has_slurm or not nodes:
+            return {}
+        started, restarted = time.monotonic(), False
+        while True:
+            try:
+                states = node_states(self.cluster)
+            except PycliError as exc:
+                return {node: str(exc) for node in nodes}
+            silent = silent_nodes(states, nodes)
+            if not silent:
+                return {}
+            waited = time.monotonic() - started
+            if waited >= SLURMD_ANSWER_WAIT_S:
+                return {node: f"slurmctld hears nothing from its slurmd ({state}) {waited:.0f} s after the change"
+                        for node, state in silent.items()}
+            if not restarted and waited >= SLURMD_NUDGE_S:
+                self.say(f"Slurm hears nothing from the slurmd of {', '.join(f'{n} ({s})' for n, s in silent.items())} "
+                         f"after {waited:.0f} s: restarting it there (no job left on it)")
+                answers = ssh_each([(self.host(node), RESTART_SLURMD) for node in silent], shared=True)
+                failed = {node: f"restarting its slurmd failed: {answers[node].why()}"
+                          for node in silent if not answers[node].ok}
+                if failed:
+                    return failed
+                restarted = True
+            time.sleep(1)
 
     # --- draining ------------------------------------------------------------------------------
 
@@ -285,12 +329,20 @@ class _Roll:
         failed = {node: line for node, (ok, line) in results.items() if not ok}
         for node, (ok, line) in results.items():
             self.say(f"{node} gate: {'passed' if ok else 'FAILED'}: {line}")
-        self.resume([node for node in batch if node not in failed])
+        passed = [node for node in batch if node not in failed]
+        self.resume(passed)
         for node, line in failed.items():
             self.mark(node, line)
         if failed:
             raise _Stop(EXIT_FAILED, f"{', '.join(failed)} failed the gate after the change and stay(s) drained with "
                                      "its reason; the nodes after this batch were not changed")
+        silent = self.silent_slurmds(passed)
+        for node, line in silent.items():
+            self.say(f"{node}: {line}: drained again")
+            self.mark(node, f"{ROLLING_REASON}: {line}")
+        if silent:
+            raise _Stop(EXIT_FAILED, f"{', '.join(silent)} passed the gate but Slurm does not hear from it: it stays "
+                                     "drained; the nodes after this batch were not changed")
 
     def run(self) -> int:
         names = [host.name for host in self.cluster.hosts]

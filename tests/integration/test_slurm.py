@@ -432,7 +432,8 @@ def test_a_rolling_change_takes_the_idle_node_first_and_the_busy_one_after_its_j
     code, out = node_run("node1", "sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State")
     assert code == 0 and out.split() == [f"{job_id}|COMPLETED"], out  # one run, never requeued
     assert all(_daemon_json(node).get("log-level") == "warn" for node in ("node1", "node2"))
-    assert {node: state for node, (state, _, _) in sinfo().items()} == {"node1": "idle", "node2": "idle"}
+    # Back in service when the roll ends: Slurm heard from each resumed node's slurmd (not "idle*").
+    assert {node: state for node, (state, _, _) in sinfo().items()} == {"node1": "idle", "node2": "idle"}, said[-3000:]
     assert "drained:" not in run_pycli("inventory", "show", str(slurm_cluster)).stdout
 
     # node1's GPU turns sick: after its change it fails the node gate, stays drained with the

@@ -1,12 +1,19 @@
-"""The pure parts of `pycli provision --batch` (pycli/provision/rolling.py): the plan, the parsers
-of what runs on a node and of the gate's answer, and the flags refused in one line."""
+"""`pycli provision --batch` (pycli/provision/rolling.py): the plan, the parsers of what runs on a
+node and of the gate's answer, the flags refused in one line, and the wait for a resumed node's
+slurmd (Slurm's answers and SSH replaced, the clock too)."""
 
 from pathlib import Path
 
 import pytest
 
+from rich.console import Console
+
+from pycli.cluster.model import Cluster, Host
+from pycli.cluster.nodes import NodeOutput
+from pycli.cluster.slurm_nodes import parse_sinfo_nodes
 from pycli.core.errors import BadInput
 from pycli.jobs.launch import NodeLayout
+from pycli.provision import rolling
 from pycli.provision.rolling import (
     RollingRequest,
     check_request,
@@ -16,6 +23,7 @@ from pycli.provision.rolling import (
     parse_slurm_jobs,
     plan_batches,
     probe_line,
+    silent_nodes,
 )
 from pycli.provision.run import ProvisionRequest
 from pycli_node.gpu_probe import MARK
@@ -108,3 +116,67 @@ def test_the_rolling_flags_as_typed_are_refused_in_one_line(tmp_path, args, mess
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+SINFO_AFTER_RESUME = "node1|idle*|gpu:2|none\nnode2|drained|gpu:2|pycli rolling change: batch 2 of 2\nnode3|down*|gpu:2|Not responding\n"
+
+
+def test_a_resumed_node_is_silent_until_its_slurmd_answers_slurmctlds_ping():
+    states = parse_sinfo_nodes(SINFO_AFTER_RESUME)
+    assert [states[node].answering for node in ("node1", "node2", "node3")] == [False, True, False]
+    assert silent_nodes(states, ["node1", "node2", "node4"]) == {"node1": "idle*", "node4": "not in sinfo"}
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _silent_roll(monkeypatch, answers: list[str], restart_ok: bool = True):
+    """A roll on a Slurm cluster whose sinfo answers `answers` in turn (the last one from then on);
+    what silent_slurmds returned, the lines said and the restarts sent."""
+    cluster = Cluster(hosts=tuple(Host(name=f"node{i}", address=f"10.9.0.{i}", user="root") for i in (1, 2)),
+                      launcher="node1", slurm_controller="node1")
+    clock, restarts, asked = _Clock(), [], iter(answers)
+    last = [answers[-1]]
+
+    def states(_cluster):
+        last[0] = next(asked, last[0])
+        return parse_sinfo_nodes(last[0])
+
+    def ssh_each(commands, **_):
+        restarts.extend((host.name, command) for host, command in commands)
+        return {host.name: NodeOutput(host.name, 0 if restart_ok else 1, "", "" if restart_ok else "Failed to restart")
+                for host, _ in commands}
+
+    monkeypatch.setattr(rolling, "time", clock)
+    monkeypatch.setattr(rolling, "node_states", states)
+    monkeypatch.setattr(rolling, "ssh_each", ssh_each)
+    console = Console(record=True, width=200)
+    roll = rolling._Roll(cluster, ProvisionRequest(), RollingRequest(batch=1), console)
+    return roll.silent_slurmds(["node1"]), console.export_text(), restarts, clock.now
+
+
+def test_the_next_batch_waits_for_the_resumed_nodes_slurmd_to_answer(monkeypatch):
+    found, said, restarts, waited = _silent_roll(monkeypatch, ["node1|idle*|(null)|none\n"] * 3 + ["node1|idle|(null)|none\n"])
+    assert (found, said, restarts, waited) == ({}, "", [], 3.0)
+
+
+def test_a_slurmd_still_silent_is_restarted_once_then_the_node_fails(monkeypatch):
+    found, said, restarts, waited = _silent_roll(monkeypatch, ["node1|idle*|(null)|none\n"])
+    assert restarts == [("node1", rolling.RESTART_SLURMD)]
+    assert "Slurm hears nothing from the slurmd of node1 (idle*) after 20 s: restarting it there" in said
+    assert found == {"node1": "slurmctld hears nothing from its slurmd (idle*) 120 s after the change"}
+    assert waited == rolling.SLURMD_ANSWER_WAIT_S
+
+
+def test_a_slurmd_that_cannot_be_restarted_fails_at_once(monkeypatch):
+    found, _, _, waited = _silent_roll(monkeypatch, ["node1|idle*|(null)|none\n"], restart_ok=False)
+    assert list(found) == ["node1"] and found["node1"].startswith("restarting its slurmd failed: ")
+    assert waited == rolling.SLURMD_NUDGE_S
