@@ -44,7 +44,7 @@ CA_FLAG := $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
 # Tools of the venv (ansible, molecule) call each other by name.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: demo test test-pythons test-steps host venv second-venv lint unit unit-torch unit-second integration integration-slurm integration-three-nodes molecule down clean
+.PHONY: demo test test-pythons test-steps host venv wheel second-venv lint unit unit-torch unit-second integration integration-slurm integration-three-nodes molecule down clean
 
 # A local cluster, the whole stack on it, and a Horovod job across its nodes. The first run
 # downloads everything and builds Open MPI and Horovod (about 10 minutes on 2 cores); later
@@ -171,25 +171,39 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m compileall -q pycli $(NODE_PACKAGE_DIR) workloads tests >/dev/null
 	touch $@
 
-# The second Python's venv (make test): pycli and its test extras, which leave torch out there
-# (pyproject.toml). Made again when pyproject.toml changes or SECOND_PYTHON is another interpreter
-# (its stamp names the one it was made with). It is made beside the first provisioning, so with
+# pycli's wheel, as a user installs it (pipx install, uv tool install): the Python packages and the
+# tree they drive (roles, playbooks, workloads, ansible.cfg; setup.py), built from this checkout
+# with .venv's setuptools. build/ is setuptools' scratch folder: removed before, so that a module
+# removed from the tree is not carried on, and after, so that no copy of the roles stays beside them.
+DIST := runs/dist
+wheel: venv
+	rm -rf build $(DIST) && $(call TIMED,second-venv,wheel) $(BIN)/pip wheel --quiet --no-deps --no-build-isolation -w $(DIST) . && rm -rf build
+
+# The second Python's venv (make test): pycli installed from its wheel, not editable, so that the
+# second Python's pycli is the installed form (its tree found in the package, from any folder:
+# tests/integration/conftest.py, second_pycli), and its test extras, which leave torch out there
+# (pyproject.toml). The venv is made again when pyproject.toml changes or SECOND_PYTHON is another
+# interpreter (its stamp names the one it was made with); the wheel goes in again every time. It is made beside the first provisioning, so with
 # less CPU than .venv: pip compiles nothing (with its compiling, pip took 170 s of CPU on a busy
 # machine, 65 s of it for the 15,000 modules of the `ansible` bundle's collections; without, 50 s),
 # and only what every pycli, Ansible and pytest process imports is compiled here, with pycli's own
 # (8 s, against 54 s for all of site-packages but the collections); a test that imports more
 # (scikit-learn, matplotlib) compiles it in memory.
-SECOND_COMPILED := ansible ansible_runner ansible_mitogen mitogen jinja2 markupsafe yaml typer click rich pexpect ptyprocess \
+SECOND_COMPILED := pycli pycli_node ansible ansible_runner ansible_mitogen mitogen jinja2 markupsafe yaml typer click rich pexpect ptyprocess \
 	docker requests urllib3 _pytest pytest pluggy hypothesis
 SITE_PACKAGES = $$($(1) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 
-second-venv: venv
+second-venv: wheel
 	@python=$$($(or $(SECOND_PYTHON),false) -c 'import sys; print(sys.executable)') || { echo "no second Python: no python3.13 or python3.12 answers here; install one or pass SECOND_PYTHON=/path/to/python3.X" >&2; exit 2; }; \
-	stamp=$(SECOND_BIN)/.installed; v="$(call python_version,$$python)"; \
-	if [ -e $$stamp ] && [ $$stamp -nt pyproject.toml ] && [ "$$(cat $$stamp)" = "$$python" ]; then echo "$(SECOND_VENV): Python $$v, up to date"; exit 0; fi; \
+	stamp=$(SECOND_BIN)/.installed; v="$(call python_version,$$python)"; wheel=$$(echo $(abspath $(DIST))/pycli-*.whl); \
+	if [ -e $$stamp ] && [ $$stamp -nt pyproject.toml ] && [ "$$(cat $$stamp)" = "$$python" ]; then \
+		echo "$(SECOND_VENV): Python $$v, up to date; pycli again from $$wheel"; \
+		site="$(call SITE_PACKAGES,$(SECOND_BIN)/python)"; \
+		$(call TIMED,second-venv,reinstall-py$$v) $(SECOND_BIN)/pip install --quiet --no-compile --no-deps --force-reinstall "$$wheel" && \
+		$(SECOND_BIN)/python -m compileall -q "$$site/pycli" "$$site/pycli_node" >/dev/null; exit; fi; \
 	set -x; rm -rf $(SECOND_VENV) && \
 	$(call TIMED,second-venv,venv-py$$v) $$python -m venv $(SECOND_VENV) && \
-	$(call TIMED,second-venv,pip-install-py$$v) $(SECOND_BIN)/pip install --quiet --no-compile -e '.[test]' && \
+	$(call TIMED,second-venv,pip-install-py$$v) $(SECOND_BIN)/pip install --quiet --no-compile "pycli[test] @ file://$$wheel" && \
 	{ set +x; site="$(call SITE_PACKAGES,$(SECOND_BIN)/python)"; \
 	  compiled=$$(for p in $(SECOND_COMPILED); do [ ! -d "$$site/$$p" ] || echo "$$site/$$p"; done); set -x; } && \
 	$(call TIMED,second-venv,compileall-py$$v) $(SECOND_BIN)/python -m compileall -q pycli $(NODE_PACKAGE_DIR) workloads tests \

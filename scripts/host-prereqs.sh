@@ -32,13 +32,16 @@ apt_install() {
 docker_answers() { docker info >/dev/null 2>&1; }
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# pycli's package for the machine's python3 below: the checkout's, or where this script is
+# pycli/_project/scripts/ in an installed wheel, the folder that holds the installed pycli.
+if [ -d "$ROOT/pycli" ]; then PYCLI_PATH=$ROOT; else PYCLI_PATH=$(cd "$ROOT/../.." && pwd); fi
 
 # Room for local clusters of many nodes: each node's systemd takes inotify instances and watches
 # of root's, and the kernel's default (128 instances) stops the twentieth node or so. The values
 # and why: pycli/local/host_limits.py (standard library only, so the machine's python3 reads them).
 raise_inotify_limits() {
     local file changed=0 name want have
-    file=$(PYTHONPATH="$ROOT" python3 -c 'from pycli.local.host_limits import HOST_SYSCTL_FILE; print(HOST_SYSCTL_FILE)')
+    file=$(PYTHONPATH="$PYCLI_PATH" python3 -c 'from pycli.local.host_limits import HOST_SYSCTL_FILE; print(HOST_SYSCTL_FILE)')
     # /proc/sys itself rather than sysctl(8), which a minimal machine may not have (procps).
     while read -r name want; do
         have=$(cat "/proc/sys/${name//.//}")
@@ -53,10 +56,10 @@ raise_inotify_limits() {
                 say "could not raise $name from $have to $want here; 'pycli cluster up' says when a cluster needs more"
             fi
         fi
-    done < <(PYTHONPATH="$ROOT" python3 -c 'from pycli.local.host_limits import RAISED; [print(k, v) for k, v in RAISED.items()]')
+    done < <(PYTHONPATH="$PYCLI_PATH" python3 -c 'from pycli.local.host_limits import RAISED; [print(k, v) for k, v in RAISED.items()]')
     if [ "$changed" -eq 1 ] || [ ! -f "$file" ]; then
         need_root "writing $file"
-        PYTHONPATH="$ROOT" python3 -c 'from pycli.local.host_limits import sysctl_file_text; print(sysctl_file_text(), end="")' > "$file"
+        PYTHONPATH="$PYCLI_PATH" python3 -c 'from pycli.local.host_limits import sysctl_file_text; print(sysctl_file_text(), end="")' > "$file"
         say "wrote $file (the limits stay raised after a reboot)"
     else
         say "inotify limits allow local clusters of many nodes"

@@ -48,12 +48,12 @@ def wait_process_gone(pid: int, within_s: float = 10) -> bool:
 
 
 def run_pycli(*args: str, check: bool = False, env: dict | None = None, timeout: int = 900,
-              pycli: list[str] = PYCLI) -> subprocess.CompletedProcess:
+              pycli: list[str] = PYCLI, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     """Run the real CLI in a subprocess, as a user would, and capture what it prints.
 
-    `pycli`: the command that starts it; this Python's by default."""
+    `pycli`: the command that starts it; this Python's by default. `cwd`: the folder it runs in."""
     proc = subprocess.run(
-        [*pycli, *args], capture_output=True, text=True, cwd=ROOT, env={**os.environ, **(env or {})}, timeout=timeout
+        [*pycli, *args], capture_output=True, text=True, cwd=cwd, env={**os.environ, **(env or {})}, timeout=timeout
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"pycli {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")

@@ -22,6 +22,7 @@ from pycli.cli.provision import provision_cmd
 from pycli.cli.top import top_cmd
 from pycli.cli.train import train_cmd
 from pycli.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, PycliError, notice
+from pycli.core.tree import PROJECT_ROOT, host_prereqs_command
 
 app = typer.Typer(
     name="pycli",
@@ -47,7 +48,8 @@ app.command("top")(top_cmd)
 
 def _version(value: bool) -> None:
     if value:
-        print(f"pycli {__version__}")
+        print(f"pycli {__version__}\nroles, playbooks and workloads: {PROJECT_ROOT}\n"
+              f"this machine's set-up for a local cluster: {host_prereqs_command()}")
         raise typer.Exit()
 
 

@@ -52,7 +52,8 @@ def up_cmd(
     subnet: str | None = typer.Option(
         None, "--subnet", help="IPv4 subnet of the cluster's network, /16 to /28 (default: a free /24 of 172.28.0.0/16)."
     ),
-    output: Path | None = output_option("Where to write the inventory (default: inventory/local-NAME.ini).", dir_okay=False),
+    output: Path | None = output_option("Where to write the inventory (default: inventory/local-NAME.ini under the "
+                                        "current folder).", dir_okay=False),
     ca_bundle: Path | None = CA_BUNDLE,
     mirror: str = MIRROR,
     slurm: bool = typer.Option(

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from pycli.cluster import runner
 from pycli.cluster.model import Cluster
 from pycli.core.errors import PycliError, Unreachable
-from pycli.core.paths import PROJECT_ROOT
+from pycli.core.tree import PROJECT_ROOT
 
 FACTS_PLAYBOOK = PROJECT_ROOT / "playbooks" / "facts.yml"
 

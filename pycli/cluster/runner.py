@@ -28,7 +28,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pycli.core.errors import BadInput
-from pycli.core.paths import PROJECT_ROOT, folders_env
+from pycli.core.paths import folders_env
+from pycli.core.tree import PROJECT_ROOT
 
 # What Ansible may see of the controller's environment (ansible-runner would pass it all,
 # and write it into the run folder): names, and prefixes ending in "_".

@@ -26,7 +26,8 @@ from pathlib import Path, PurePosixPath
 import yaml
 
 from pycli.core.errors import BadInput, Located, PycliError, read_user_text
-from pycli.core.paths import PROJECT_ROOT, cache_dir
+from pycli.core.paths import cache_dir
+from pycli.core.tree import PROJECT_ROOT
 
 # What a filled cache holds and an export carries (the node image's package cache and the
 # generated data sets are made again wherever they are needed).

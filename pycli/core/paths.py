@@ -12,10 +12,8 @@ from typing import Any
 
 import pycli_node
 from pycli.core.errors import PycliError
+from pycli.core.tree import PROJECT_ROOT
 
-# The playbooks and roles travel with the source tree; pycli runs from a checkout
-# (installed editable), so the tree is the package's parent (this file is pycli/core/paths.py).
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # pycli's node-side package (role pycli_node's files): its modules, and the shell scripts pycli
 # sends to nodes (a job's staging, its container's entry point, the test bed's nested runtime).
 NODE_PACKAGE = Path(pycli_node.__file__).resolve().parent
@@ -26,7 +24,8 @@ WORKLOADS_DIR = PROJECT_ROOT / "workloads"
 def project_path(*parts: str) -> Path:
     path = PROJECT_ROOT.joinpath(*parts)
     if not path.exists():
-        raise PycliError(f"{path} is missing: pycli must run from a full checkout (pip install -e .)")
+        raise PycliError(f"{path} is missing: pycli runs from a wheel built by its setup.py (pipx install, "
+                         "uv tool install) or from a full checkout (pip install -e .)")
     return path
 
 

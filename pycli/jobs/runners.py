@@ -24,7 +24,7 @@ from pathlib import Path
 from pycli.cluster import runner, slurm_nodes, slurm_state
 from pycli.cluster.model import Cluster
 from pycli.core.errors import PycliError, Unreachable, warn
-from pycli.core.paths import PROJECT_ROOT
+from pycli.core.tree import PROJECT_ROOT
 from pycli.jobs import containers
 from pycli.jobs import slurm_queue as slurm_jobs
 from pycli.jobs.launch import JobPlan

@@ -10,6 +10,7 @@ import docker
 from docker.errors import DockerException
 
 from pycli.core.errors import BadInput, PycliError
+from pycli.core.tree import host_prereqs_command
 
 
 def connect() -> docker.DockerClient:
@@ -21,7 +22,7 @@ def connect() -> docker.DockerClient:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise BadInput(
             f"cannot reach the Docker engine ({reason}); "
-            "run 'sudo scripts/host-prereqs.sh' to install and start it"
+            f"run '{host_prereqs_command()}' to install and start it"
         ) from None
     return client
 
@@ -45,7 +46,7 @@ def run_in(container: str, argv: Sequence[str], timeout_s: float = EXEC_TIMEOUT_
             stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s, check=False,
         )
     except FileNotFoundError:
-        raise BadInput("the docker command is not installed; run 'sudo scripts/host-prereqs.sh'") from None
+        raise BadInput(f"the docker command is not installed; run '{host_prereqs_command()}'") from None
     except subprocess.TimeoutExpired:
         raise PycliError(f"{shlex.join(argv)} in {container} did not end within {timeout_s:.0f} s") from None
     return done.returncode, (done.stdout + done.stderr).decode(errors="replace")

@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from pycli.core.tree import host_prereqs_command
+
 PROC = Path("/proc")
 INSTANCES = "fs.inotify.max_user_instances"
 WATCHES = "fs.inotify.max_user_watches"
@@ -74,7 +76,7 @@ class Shortfall:
         return (f"{nodes} more nodes need about {self.needed} inotify "
                 f"{'instances' if self.name == INSTANCES else 'watches'} of root's, and {self.name} is "
                 f"{self.limit} with {self.in_use} in use: run `sysctl -w {self.name}={raise_to}` "
-                f"(scripts/host-prereqs.sh sets it for good)")
+                f"({host_prereqs_command()} sets it for good)")
 
 
 def shortfalls(nodes: int, limits: dict[str, int | None], in_use: dict[str, int]) -> list[Shortfall]:
@@ -99,7 +101,7 @@ def usage_line() -> str:
     in_use = inotify_in_use(os.geteuid())
     parts = [f"{name} is {read_limit(name)} with {in_use[name]} in use (a node takes about {per_node})"
              for name, per_node in PER_NODE.items()]
-    return "; ".join(parts) + " (scripts/host-prereqs.sh raises them)"
+    return "; ".join(parts) + f" ({host_prereqs_command()} raises them)"
 
 
 def why_stopped(log: str) -> str:

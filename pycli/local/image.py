@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from pycli.core.errors import BadInput, PycliError
 from pycli.core.paths import NODE_PACKAGE, cache_dir
+from pycli.core.tree import host_prereqs_command
 
 if TYPE_CHECKING:
     import docker
@@ -164,11 +165,11 @@ def _check_can_build() -> None:
     if os.geteuid() != 0:
         raise BadInput("building the node image runs debootstrap, which needs root: run this as root (sudo)")
     if shutil.which("debootstrap") is None:
-        raise BadInput("debootstrap is missing: run 'sudo scripts/host-prereqs.sh'")
+        raise BadInput(f"debootstrap is missing: run '{host_prereqs_command()}'")
     if not DEBIAN_ARCHIVE_KEYRING.is_file():
         raise BadInput(
             f"{DEBIAN_ARCHIVE_KEYRING} is missing, so debootstrap cannot check Debian's signatures: "
-            "install debian-archive-keyring (sudo apt-get install debian-archive-keyring, or run 'sudo scripts/host-prereqs.sh')"
+            f"install debian-archive-keyring (sudo apt-get install debian-archive-keyring, or run '{host_prereqs_command()}')"
         )
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from pycli.cluster.inventory_writer import HostEntry, render_inventory
 from pycli.cluster.model import INTERFACE_VAR, LOCAL_CLUSTER_VAR, SHARED_CPUS_VAR
 from pycli.core.errors import BadInput, PycliError
-from pycli.core.paths import PROJECT_ROOT, state_dir
+from pycli.core.paths import state_dir
 from pycli.local.image import CGROUP_TREE_MOUNTPOINT
 
 NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$")
@@ -77,7 +77,10 @@ def validate_slots(slots: int) -> None:
 
 
 def default_inventory_path(name: str) -> Path:
-    return PROJECT_ROOT / "inventory" / f"local-{name}.ini"
+    """Where `cluster up` writes a local cluster's inventory unless told: inventory/ under the
+    current folder, beside the user's files as the run folders are (in a checkout, its own
+    inventory/, which ansible.cfg names)."""
+    return Path.cwd() / "inventory" / f"local-{name}.ini"
 
 
 def cluster_state_dir(name: str) -> Path:

@@ -22,7 +22,8 @@ from pycli.cluster import runner
 from pycli.cluster.ansible_inventory import hosts_matching
 from pycli.cluster.model import Cluster
 from pycli.core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE, BadInput
-from pycli.core.paths import PROJECT_ROOT, new_run_dir, runs_dir
+from pycli.core.paths import new_run_dir, runs_dir
+from pycli.core.tree import PROJECT_ROOT
 from pycli.provision.extra_vars import parse_extra_vars
 from pycli.provision.recap import END_TASK, OK, UNREACHABLE, last_unfinished, write_recap
 from pycli.provision.view import ProvisionView, RunDisplay

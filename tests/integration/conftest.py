@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -95,9 +96,11 @@ def local_cluster(docker_engine, tmp_path_factory) -> Path:
         run_pycli("cluster", "down", "--name", CLUSTER, check=True)
 
 
-# make test installs pycli under a second Python too (Makefile, SECOND_PYTHON) and names that
-# pycli here; one provisioning of the session's cluster goes through it (test_roles_state.py), so
-# the controller is proven on two Pythons. Unset (pytest run by hand), it is this Python's pycli.
+# make test installs pycli under a second Python too (Makefile, SECOND_PYTHON), from its wheel as
+# a user installs it, and names that pycli here; one provisioning of the session's cluster and one
+# job go through it, from a folder that is not the checkout (test_roles_state.py), so the
+# controller is proven on two Pythons and in its installed form. Unset (pytest run by hand), it is
+# this Python's pycli.
 SECOND_PYCLI_ENV = "PYCLI_TEST_SECOND_PYCLI"
 
 
@@ -134,6 +137,15 @@ def second_pycli() -> list[str]:
     if version == here:
         pytest.fail(f"{SECOND_PYCLI_ENV}={path} runs on Python {version}, the one of these tests: it must be a second one",
                     pytrace=False)
+    # The installed form (make test installs the wheel there, not editable): its tree is the one in
+    # the package, asked from a folder that is not the checkout.
+    with tempfile.TemporaryDirectory() as elsewhere:
+        asked = subprocess.run([str(Path(path).with_name("python")), "-c", "from pycli.core.tree import PROJECT_ROOT; print(PROJECT_ROOT)"],
+                               capture_output=True, text=True, timeout=120, cwd=elsewhere)
+    tree = Path(asked.stdout.strip() or "/")
+    if asked.returncode != 0 or tree == ROOT or ROOT in tree.parents or not (tree / "playbooks" / "site.yml").is_file():
+        pytest.fail(f"{SECOND_PYCLI_ENV}={path} is no installed pycli: it drives the tree at {tree} "
+                    f"{asked.stderr.strip()[-300:]}", pytrace=False)
     return [path]
 
 

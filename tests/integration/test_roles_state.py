@@ -18,6 +18,7 @@ import yaml
 from pycli.local.plan import LOCAL_BED_VARS
 from tests.conftest import ANSIBLE_PLAYBOOK, ROOT, run_pycli
 from tests.integration.conftest import CLUSTER, NODE_VENV, node_run
+from tests.integration.test_bench_check import TINY_SYNTHETIC
 from tests.integration.test_cache_stage import changed_tasks, ok_events
 from tests.integration.test_node_down import _address
 
@@ -80,13 +81,17 @@ def test_playbooks_check_yml_runs_pycli_s_gates(provisioned_cluster, tmp_path):
 
 
 def test_a_node_that_lost_open_mpi_gets_it_back_from_the_cache_without_a_build(provisioned_cluster, second_pycli, tmp_path):
-    """This provisioning is the second Python's pycli under make test (second_pycli): Ansible,
-    Mitogen and the controller cache on that Python, putting back what a node lost."""
+    """This provisioning and the job after it are the second Python's pycli under make test
+    (second_pycli: installed from the wheel), run from a folder of the user's, not the checkout:
+    Ansible, Mitogen and the controller cache on that Python, putting back what a node lost, with
+    the roles the package carries; then a job whose run folder lands beside the user's files."""
     prefix = _fact("node2", "openmpi")["prefix"]
     assert node_run("node2", "rm", "-rf", prefix)[0] == 0
-    runs = tmp_path / "runs"
-    proc = run_pycli("provision", str(provisioned_cluster), "--tags", "openmpi", env={"PYCLI_RUNS": str(runs)},
-                     timeout=1800, pycli=second_pycli)
+    users = tmp_path / "work"
+    users.mkdir()
+    runs = users / "runs"  # where pycli puts run folders unless told (PYCLI_RUNS unset)
+    proc = run_pycli("provision", str(provisioned_cluster), "--tags", "openmpi", env={"PYCLI_RUNS": ""},
+                     timeout=1800, pycli=second_pycli, cwd=users)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     # Ansible was that Python's: pycli puts its interpreter's folder first on Ansible's PATH, as
     # ansible-runner recorded it.
@@ -97,6 +102,11 @@ def test_a_node_that_lost_open_mpi_gets_it_back_from_the_cache_without_a_build(p
     assert not [task for task in changed if re.search(r"[Cc]onfigure|[Cc]ompile|Install into the prefix|Pack", task)], changed
     code, out = node_run("node2", f"{prefix}/bin/ompi_info", "--version")
     assert code == 0 and f"v{LOCAL_BED_VARS['openmpi_version']}" in out, out
+    job = run_pycli("train", "synthetic", "-i", str(provisioned_cluster), "--np", "2", "--launcher", "mpirun", "--",
+                    *TINY_SYNTHETIC, env={"PYCLI_RUNS": ""}, pycli=second_pycli, cwd=users)
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-2000:]
+    named = re.search(r"pycli: job finished in .*; results in (\S+)", job.stdout)
+    assert named and Path(named.group(1)).parent.parent == runs and Path(named.group(1)).is_dir(), job.stdout[-2000:]
 
 
 def _task_spans(run_folder, host: str) -> list[tuple[str, str, float, float, dict]]:

@@ -30,9 +30,13 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert "Traceback" not in err
 
 
-def test_version(capsys):
+def test_version_names_the_tree_pycli_drives_and_the_machines_set_up(capsys):
+    from pycli.core.tree import PROJECT_ROOT
+
     assert main(["--version"]) == 0
-    assert capsys.readouterr().out.startswith("pycli ")
+    assert capsys.readouterr().out.splitlines() == [
+        f"pycli {__import__('pycli').__version__}", f"roles, playbooks and workloads: {PROJECT_ROOT}",
+        f"this machine's set-up for a local cluster: sudo bash {PROJECT_ROOT}/scripts/host-prereqs.sh"]
 
 
 INVENTORY = "[nodes]\nn1 ansible_host=10.0.0.1 slots=2\nn2 ansible_host=10.0.0.2 slots=2\n"

@@ -10,6 +10,7 @@ import pytest
 
 from pycli.core.errors import BadInput, PycliError
 from pycli.local import dockerapi
+from tests.conftest import ROOT
 
 
 def _docker(tmp_path, monkeypatch, body: str) -> None:
@@ -29,7 +30,7 @@ def test_the_argv_reaches_docker_exec_word_for_word_and_both_streams_come_back(t
 
 def test_no_docker_command_is_one_line_saying_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(BadInput, match=r"^the docker command is not installed; run 'sudo scripts/host-prereqs.sh'$"):
+    with pytest.raises(BadInput, match=rf"^the docker command is not installed; run 'sudo bash {ROOT}/scripts/host-prereqs.sh'$"):
         dockerapi.run_in("pycli-x-node1", ["true"])
 
 

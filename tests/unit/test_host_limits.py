@@ -43,7 +43,7 @@ def test_cluster_up_is_told_in_one_line_per_limit_what_to_raise(fake_proc):
     (line,) = check_room_for(fits + 1)
     assert line == (f"{fits + 1} more nodes need about {(fits + 1) * PER_NODE[INSTANCES]} inotify instances of root's, "
                     "and fs.inotify.max_user_instances is 128 with 3 in use: run `sysctl -w fs.inotify.max_user_instances=1024` "
-                    "(scripts/host-prereqs.sh sets it for good)")
+                    f"(sudo bash {ROOT}/scripts/host-prereqs.sh sets it for good)")
     assert len(check_room_for(1000)) == 2  # both limits
     # A limit that cannot be read is no reason to refuse.
     assert shortfalls(1000, {INSTANCES: None, WATCHES: None}, {}) == []
@@ -57,7 +57,7 @@ def test_a_node_that_stopped_while_booting_says_its_own_last_line_or_the_limits(
         "Failed to allocate manager object: Too many open files"
     silent = why_stopped("")
     assert silent.startswith("it printed nothing; fs.inotify.max_user_instances is 128 with 3 in use (a node takes about")
-    assert "scripts/host-prereqs.sh raises them" in silent
+    assert f"(sudo bash {ROOT}/scripts/host-prereqs.sh raises them)" in silent
 
 
 def test_host_prereqs_reads_the_values_and_the_file_from_here():

@@ -112,7 +112,7 @@ def test_a_work_folder_a_pattern_cannot_name_is_refused():
 def test_the_node_paths_are_the_common_roles_defaults_unless_the_inventory_sets_them():
     import yaml
 
-    from pycli.core.paths import PROJECT_ROOT
+    from pycli.core.tree import PROJECT_ROOT
     from pycli.jobs.launch import NodeLayout
 
     role = yaml.safe_load((PROJECT_ROOT / "roles" / "common" / "defaults" / "main.yml").read_text())
@@ -129,7 +129,7 @@ def _template(text: str, **variables) -> str:
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar, trust_as_template
 
-    from pycli.core.paths import PROJECT_ROOT
+    from pycli.core.tree import PROJECT_ROOT
 
     defaults = {}
     for role in ("common", "horovod"):
@@ -141,7 +141,7 @@ def _template(text: str, **variables) -> str:
 def _common_task(name: str) -> dict:
     import yaml
 
-    from pycli.core.paths import PROJECT_ROOT
+    from pycli.core.tree import PROJECT_ROOT
 
     tasks = yaml.safe_load((PROJECT_ROOT / "roles" / "common" / "tasks" / "configure.yml").read_text())
     [task] = [task for task in tasks if task["name"] == name]
@@ -162,7 +162,8 @@ def test_the_horovod_role_installs_into_the_venv_the_common_role_recorded():
 
 
 def test_the_venv_path_is_written_in_the_common_role_s_defaults_alone():
-    from pycli.core.paths import PROJECT_ROOT, role_defaults
+    from pycli.core.paths import role_defaults
+    from pycli.core.tree import PROJECT_ROOT
 
     venv = role_defaults("common")["common_venv_path"]
     home = PROJECT_ROOT / "roles" / "common" / "defaults" / "main.yml"

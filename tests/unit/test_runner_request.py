@@ -8,7 +8,7 @@ import pytest
 
 from pycli.cluster.runner import HostResult, RunRequest, collect_host_event
 from pycli.core.errors import BadInput
-from pycli.core.paths import PROJECT_ROOT
+from pycli.core.tree import PROJECT_ROOT
 
 
 def test_adhoc_request_names_module_pattern_and_project_config(tmp_path):

@@ -18,7 +18,8 @@ import pytest
 from pycli.cluster import runner
 from pycli.cluster.model import Host
 from pycli.cluster.runner import RunRequest, confine_env, mask_url_credentials
-from pycli.core.paths import PROJECT_ROOT, new_run_dir
+from pycli.core.paths import new_run_dir
+from pycli.core.tree import PROJECT_ROOT
 from pycli.jobs import containers
 
 CONTROLLER_SECRET = "fake-secret-1234"

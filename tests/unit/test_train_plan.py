@@ -311,7 +311,7 @@ def test_horovod_s_cpu_settings_apply_where_staging_found_no_gpu():
 
 
 def test_a_built_in_workload_named_by_a_relative_path_is_staged_with_its_library(monkeypatch):
-    from pycli.core.paths import PROJECT_ROOT
+    from pycli.core.tree import PROJECT_ROOT
 
     monkeypatch.chdir(PROJECT_ROOT)
     (item,) = stage_items(plan(workload="workloads/allreduce.py", data_dir=None))

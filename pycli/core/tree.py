@@ -1,0 +1,28 @@
+"""The tree pycli drives (roles, playbooks, workloads, ansible.cfg, the host's set-up script) and
+where it is: in an installed wheel, the copy the build put in the package (pycli/_project,
+setup.py); in a checkout installed editable, the checkout itself, read in place. Standard library
+only: scripts/host-prereqs.sh runs the machine's python3 on pycli.local.host_limits, which names
+the script through HOST_PREREQS. pycli.core.paths holds the rest of where pycli keeps things.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from pathlib import Path
+
+
+def _project_root() -> Path:
+    bundled = Path(str(importlib.resources.files("pycli") / "_project"))
+    if (bundled / "playbooks").is_dir():
+        return bundled
+    return Path(__file__).resolve().parents[2]  # this file is pycli/core/tree.py
+
+
+PROJECT_ROOT = _project_root()
+# What makes this machine able to run a local cluster (Docker, debootstrap, the kernel's limits), run as root.
+HOST_PREREQS = PROJECT_ROOT / "scripts" / "host-prereqs.sh"
+
+
+def host_prereqs_command() -> str:
+    """The command line that runs HOST_PREREQS, as pycli's messages name it."""
+    return f"sudo bash {HOST_PREREQS}"
