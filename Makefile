@@ -24,10 +24,15 @@ find_python = $(shell PATH='$(HOST_PATH)'; for v in $(1); do \
 # `make demo` and `make venv`: 3.11 where the machine has it, the Python make test runs .venv on and
 # the integration tests prove (one venv for both), else the newest found. PYTHON=... chooses.
 PYTHON ?= $(eval PYTHON := $(call find_python,3.11 3.13 3.12))$(PYTHON)
-# make test proves a second Python beside 3.11: pycli installed under it with its test extras, the
-# unit tests that need no torch run by it, and one provisioning of the integration tests' cluster
-# by its pycli (tests/integration/test_roles_state.py). The newest found, or SECOND_PYTHON=...
-SECOND_PYTHON ?= $(eval SECOND_PYTHON := $(call find_python,3.13 3.12))$(SECOND_PYTHON)
+# make test proves a second Python beside .venv's: pycli installed under it from its wheel with its
+# test extras, the unit tests that need no torch run by it, and one provisioning and one job of
+# the integration tests' cluster by its pycli (tests/integration/test_roles_state.py). The newest
+# found of the others, or SECOND_PYTHON=... On a machine with one supported Python (Debian 13 has
+# 3.13 alone) it is that one again: the second venv still proves the installed wheel, not a
+# second Python, and make test says so (PYCLI_TEST_SECOND_SAME).
+PYTHON_VERSION = $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+SECOND_PYTHON ?= $(eval SECOND_PYTHON := $(or $(call find_python,$(filter-out $(PYTHON_VERSION),3.13 3.12 3.11)),$(PYTHON)))$(SECOND_PYTHON)
+SECOND_VERSION = $(shell $(SECOND_PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
 SECOND_VENV := .venv-second
 SECOND_BIN := $(SECOND_VENV)/bin
 # "3.13" of an interpreter, or nothing where it does not run.
@@ -81,12 +86,14 @@ else
 	@$(MAKE) --no-print-directory test-steps $(TEST_PYTHONS); rc=$$?; $(BIN)/python -m tests.timings report $(TIMINGS); exit $$rc
 endif
 
-# make test's two Pythons, checked before anything is made: .venv on 3.11, since the torch the
-# workload tests need installs for it alone (pyproject.toml), and a second one (SECOND_PYTHON).
+# make test's two Pythons, checked before anything is made: .venv's (PYTHON: 3.11 where there is
+# one, else the newest; torch's CPU wheel for it must be on local disk, pyproject.toml's extra
+# torch), and a second one of another version (SECOND_PYTHON).
 test-pythons:
-	@v="$(if $(PYTHON),$(call python_version,$(PYTHON)))"; [ "$$v" = 3.11 ] || { echo "make test: its main venv runs on Python 3.11 (the workload tests' torch installs for it alone), and PYTHON is $${v:-not found}: install python3.11 or pass PYTHON=/path/to/python3.11" >&2; exit 2; }
-	@v="$(call python_version,$(BIN)/python)"; [ ! -e $(BIN)/python ] || [ "$$v" = 3.11 ] || { echo "make test: $(VENV) runs Python $${v:-that does not start}, and make test runs it on 3.11: remove it (rm -rf $(VENV)) and run make test again" >&2; exit 2; }
-	@v="$(if $(SECOND_PYTHON),$(call python_version,$(SECOND_PYTHON)))"; case "$$v" in 3.12|3.13) ;; *) echo "make test: it proves pycli on a second Python beside 3.11, $(if $(SECOND_PYTHON),and SECOND_PYTHON=$(SECOND_PYTHON) is $${v:+Python }$${v:-no Python that runs}: pass one of 3.13 or 3.12,and no python3.13 or python3.12 answers here: install one or pass SECOND_PYTHON=/path/to/python3.X)" >&2; exit 2;; esac
+	@v="$(if $(PYTHON),$(call python_version,$(PYTHON)))"; case " $(SUPPORTED_PYTHONS) " in *" $$v "*) ;; *) echo "make test: no supported Python (one of $(SUPPORTED_PYTHONS)) answers here$(if $(PYTHON), as PYTHON=$(PYTHON)): install python3.11 or pass PYTHON=/path/to/python3.X" >&2; exit 2;; esac
+	@v="$(call python_version,$(BIN)/python)"; [ ! -e $(BIN)/python ] || [ "$$v" = "$(PYTHON_VERSION)" ] || { echo "make test: $(VENV) runs Python $${v:-that does not start}, and make test runs it on $(PYTHON_VERSION) ($(PYTHON)): remove it (rm -rf $(VENV)) and run make test again" >&2; exit 2; }
+	@v="$(if $(SECOND_PYTHON),$(call python_version,$(SECOND_PYTHON)))"; case " $(SUPPORTED_PYTHONS) " in *" $$v "*) ;; *) echo "make test: SECOND_PYTHON=$(SECOND_PYTHON) is $${v:+Python }$${v:-no Python that runs}: pass one of $(SUPPORTED_PYTHONS)" >&2; exit 2;; esac
+	@[ "$(SECOND_VERSION)" != "$(PYTHON_VERSION)" ] || echo "make test: the second Python is $(PYTHON_VERSION) too (the one supported Python found here, or SECOND_PYTHON so): the second venv is pycli's wheel on it again, and this run proves one Python; with another of $(filter-out $(PYTHON_VERSION),$(SUPPORTED_PYTHONS)) installed it proves two"
 
 # The parts that need no cluster of the integration tests' (molecule, lint, unit) run beside
 # them. The unit tests that need torch, some of which time things (training on 8 ranks,
@@ -140,6 +147,7 @@ test-steps:
 		$(MAKE) --no-print-directory integration-slurm >$(TIMINGS)/slurm.log 2>&1; echo $$? >$(TIMINGS)/slurm.rc) & \
 	PYCLI_TEST_SIDE_GO=$(TIMINGS)/side.go PYCLI_TEST_PROVISIONED=$(TIMINGS)/provisioned.go PYCLI_TEST_AFTER=$(TIMINGS)/unit.rc \
 		PYCLI_TEST_SECOND_PYCLI=$(abspath $(SECOND_BIN))/pycli PYCLI_TEST_SECOND_MADE=$(TIMINGS)/second-venv.rc \
+		PYCLI_TEST_SECOND_SAME=$(if $(filter $(PYTHON_VERSION),$(SECOND_VERSION)),1) \
 		PYCLI_TEST_LANE=two-nodes PYCLI_TEST_LANES_LOCK=$(TIMINGS)/lanes.lock PYCLI_TEST_NOISY_LOCK=$(TIMINGS)/noisy.lock $(MAKE) --no-print-directory integration; integration=$$?; touch $(TIMINGS)/provisioned.go; \
 	wait; echo "make test: the output of the Slurm tests:"; cat $(TIMINGS)/slurm.log; \
 	echo "make test: the output of the 3-node cluster's tests:"; cat $(TIMINGS)/three-nodes.log; \
@@ -167,7 +175,7 @@ venv: $(BIN)/.installed
 $(BIN)/.installed: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "no supported Python answers here (one of: $(SUPPORTED_PYTHONS)); install one (python3.11 where you run make test too) or pass PYTHON=/path/to/python3.X" >&2; exit 2; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,torch]'
 	$(BIN)/python -m compileall -q pycli $(NODE_PACKAGE_DIR) workloads tests >/dev/null
 	touch $@
 

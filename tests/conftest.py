@@ -66,11 +66,11 @@ def run_pycli(*args: str, check: bool = False, env: dict | None = None, timeout:
 SLOW_KINDS = ("slow_torch", "slow_ansible")
 
 
-# torch installs for Python 3.11 only (pyproject.toml: on another Python pip would fetch a CUDA
-# build of several GB), so the unit tests that need it carry the marker `torch`: every slow_torch
-# test, and every test of the modules that import torch, or a workload that does, at their top.
-# make test runs them under 3.11 (`-m torch`) and the others under its second Python
-# (`-m "not torch"`, Makefile). A module that comes to import torch and is not named here fails
+# torch is in the main venv alone (pyproject.toml's extra torch: its CPU wheel from local disk;
+# from the index pip would fetch a CUDA build of several GB), so the unit tests that need it carry
+# the marker `torch`: every slow_torch test, and every test of the modules that import torch, or a
+# workload that does, at their top. make test runs them in .venv (`-m torch`) and the others under
+# its second Python (`-m "not torch"`, Makefile). A module that comes to import torch and is not named here fails
 # to collect under the second Python, so make test says so.
 TORCH_MODULES = frozenset({"test_allreduce.py", "test_bench_report.py", "test_idx_format.py", "test_restarts.py",
                            "test_workloads.py"})
@@ -92,8 +92,8 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 def pytest_report_header(config: pytest.Config) -> str | None:
     if HAVE_TORCH:
         return None
-    return (f"torch is not installed for this Python (pyproject.toml installs it for 3.11 only): the tests marked torch "
-            f"are left out ({len(TORCH_MODULES)} modules of tests/unit not collected); make test runs them under 3.11")
+    return (f"torch is not installed for this Python (the main venv alone has it: pyproject.toml's extra torch): the tests "
+            f"marked torch are left out ({len(TORCH_MODULES)} modules of tests/unit not collected); make test runs them in .venv")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
