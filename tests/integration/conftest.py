@@ -138,12 +138,12 @@ def second_pycli() -> list[str]:
         pytest.fail(f"{SECOND_PYCLI_ENV}={path} runs on Python {version}, the one of these tests: it must be a second one",
                     pytrace=False)
     # The installed form (make test installs the wheel there, not editable): its tree is the one in
-    # the package, asked from a folder that is not the checkout.
+    # the package, inside that venv, asked from a folder that is not the checkout.
     with tempfile.TemporaryDirectory() as elsewhere:
         asked = subprocess.run([str(Path(path).with_name("python")), "-c", "from pycli.core.tree import PROJECT_ROOT; print(PROJECT_ROOT)"],
                                capture_output=True, text=True, timeout=120, cwd=elsewhere)
-    tree = Path(asked.stdout.strip() or "/")
-    if asked.returncode != 0 or tree == ROOT or ROOT in tree.parents or not (tree / "playbooks" / "site.yml").is_file():
+    tree, venv = Path(asked.stdout.strip() or "/"), Path(path).parent.parent  # VENV/bin/pycli
+    if asked.returncode != 0 or venv not in tree.parents or not (tree / "playbooks" / "site.yml").is_file():
         pytest.fail(f"{SECOND_PYCLI_ENV}={path} is no installed pycli: it drives the tree at {tree} "
                     f"{asked.stderr.strip()[-300:]}", pytrace=False)
     return [path]
