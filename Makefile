@@ -191,8 +191,8 @@ wheel: venv
 # second Python's pycli is the installed form (its tree found in the package, from any folder:
 # tests/integration/conftest.py, second_pycli), and its test extras, which leave torch out there
 # (pyproject.toml). The venv is made again when pyproject.toml changes or SECOND_PYTHON is another
-# interpreter (its stamp names the one it was made with); the wheel goes in again every time. It is made beside the first provisioning, so with
-# less CPU than .venv: pip compiles nothing (with its compiling, pip took 170 s of CPU on a busy
+# interpreter (its stamp names the one it was made with); the wheel goes in again every time.
+# It is made beside the first provisioning, so with less CPU than .venv: pip compiles nothing (with its compiling, pip took 170 s of CPU on a busy
 # machine, 65 s of it for the 15,000 modules of the `ansible` bundle's collections; without, 50 s),
 # and only what every pycli, Ansible and pytest process imports is compiled here, with pycli's own
 # (8 s, against 54 s for all of site-packages but the collections); a test that imports more
@@ -202,7 +202,7 @@ SECOND_COMPILED := pycli pycli_node ansible ansible_runner ansible_mitogen mitog
 SITE_PACKAGES = $$($(1) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 
 second-venv: wheel
-	@python=$$($(or $(SECOND_PYTHON),false) -c 'import sys; print(sys.executable)') || { echo "no second Python: no python3.13 or python3.12 answers here; install one or pass SECOND_PYTHON=/path/to/python3.X" >&2; exit 2; }; \
+	@python=$$($(or $(SECOND_PYTHON),false) -c 'import sys; print(sys.executable)') || { echo "no second Python: none of $(SUPPORTED_PYTHONS) answers here; install one or pass SECOND_PYTHON=/path/to/python3.X" >&2; exit 2; }; \
 	stamp=$(SECOND_BIN)/.installed; v="$(call python_version,$$python)"; wheel=$$(echo $(abspath $(DIST))/pycli-*.whl); \
 	if [ -e $$stamp ] && [ $$stamp -nt pyproject.toml ] && [ "$$(cat $$stamp)" = "$$python" ]; then \
 		echo "$(SECOND_VENV): Python $$v, up to date; pycli again from $$wheel"; \

@@ -1,8 +1,8 @@
-"""The wheel carries the tree pycli drives: the roles, the playbooks, the workloads, ansible.cfg
-the inventory's group_vars and the host's set-up script, as package data under pycli/_project (PROJECT_TREE), so that a
-pycli installed with pipx, `uv tool install` or pip runs from any folder. In a checkout installed
-editable nothing is copied: pycli reads the same files in place (pycli/core/paths.py). The
-metadata is all in pyproject.toml; this file only adds that step to the build.
+"""The wheel carries the tree pycli drives (PROJECT_TREE: the roles, the playbooks, the workloads,
+ansible.cfg, the inventory's group_vars and the host's set-up script) as package data under
+pycli/_project, so that a pycli installed with pipx, `uv tool install` or pip runs from any folder.
+In a checkout installed editable nothing is copied: pycli reads the same files in place
+(pycli/core/tree.py). The metadata is all in pyproject.toml; this file only adds that step.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ tracked files (make test builds one from the checkout itself at the same time)."
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -11,7 +12,17 @@ import zipfile
 
 from tests.conftest import ROOT
 
-TREE = ("ansible.cfg", "playbooks", "roles", "workloads", "inventory/group_vars", "scripts/host-prereqs.sh")
+
+def _project_tree() -> tuple[str, ...]:
+    """setup.py's PROJECT_TREE, read without running setup.py (its one home)."""
+    for node in ast.parse((ROOT / "setup.py").read_text()).body:
+        names = [target.id for target in getattr(node, "targets", []) if isinstance(target, ast.Name)]
+        if isinstance(node, ast.Assign) and names == ["PROJECT_TREE"]:
+            return tuple(ast.literal_eval(node.value))
+    raise AssertionError("setup.py names no PROJECT_TREE")
+
+
+TREE = _project_tree()
 
 
 def _tracked() -> list[str]:
@@ -38,12 +49,20 @@ def test_the_wheel_carries_the_tree_pycli_drives_and_nothing_of_the_checkouts_ow
     assert "pycli_node/gpu_probe.py" in names and "pycli/cli/app.py" in names
 
 
+def test_the_sdist_takes_the_same_tree():
+    """MANIFEST.in names each part of PROJECT_TREE, so a wheel built from the sdist (uv) has it too."""
+    named = {line.split()[1] for line in (ROOT / "MANIFEST.in").read_text().splitlines()
+             if line.split()[:1] in (["include"], ["graft"])}
+    assert named == set(TREE)
+
+
 def test_an_installed_pycli_drives_the_tree_in_its_package(tmp_path):
     package = tmp_path / "site" / "pycli"
     shutil.copytree(ROOT / "pycli", package, ignore=shutil.ignore_patterns("__pycache__"))
     (package / "_project" / "playbooks").mkdir(parents=True)
     asked = subprocess.run(
-        [sys.executable, "-c", "from pycli.core.paths import PROJECT_ROOT, WORKLOADS_DIR\nprint(PROJECT_ROOT)\nprint(WORKLOADS_DIR)"],
+        [sys.executable, "-c", "from pycli.core.paths import PROJECT_ROOT, WORKLOADS_DIR\n"
+                               "print(PROJECT_ROOT)\nprint(WORKLOADS_DIR)"],
         capture_output=True, text=True, cwd=tmp_path, timeout=60,
         env={"PYTHONPATH": f"{tmp_path / 'site'}:{ROOT / 'roles' / 'pycli_node' / 'files'}", "PATH": "/usr/bin:/bin"},
     )
