@@ -15,7 +15,9 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 # What pycli reads from its tree, relative to the checkout's root (the sdist takes the same: MANIFEST.in).
-PROJECT_TREE = ("ansible.cfg", "playbooks", "roles", "workloads", "inventory/group_vars", "scripts/host-prereqs.sh")
+# collections/ names plugins/ as the collection pycli.cluster through a link: copied, the link becomes the folder.
+PROJECT_TREE = ("ansible.cfg", "playbooks", "roles", "plugins", "collections", "workloads", "inventory/group_vars",
+                "scripts/host-prereqs.sh")
 BUNDLE = Path("pycli") / "_project"
 LEFT_OUT = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", "*.egg-info")
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# The roles' modules and filters (the collection pycli.cluster's plugins).
+PLUGINS = ROOT / "plugins"
 PYCLI = [sys.executable, "-m", "pycli"]
 # The venv's ansible-playbook, as the README's activated venv has it.
 ANSIBLE_PLAYBOOK = str(Path(sys.executable).with_name("ansible-playbook"))
@@ -20,11 +22,14 @@ TEST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 @functools.cache
 def ansible_plugins() -> None:
-    """Ansible's plugin loader, for the lookups a template may use: configured once a process
+    """Ansible's plugin loader, for the lookups and filters a template may use (the roles' own
+    as pycli.cluster.NAME, from the tree's collection path): configured once a process
     (configured again, it warns that its collection finder already is)."""
     from ansible.plugins.loader import init_plugin_loader
 
-    init_plugin_loader()
+    from pycli.core.tree import COLLECTIONS
+
+    init_plugin_loader([str(COLLECTIONS)])
 
 
 def process_gone(pid: int) -> bool:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from pycli.core.errors import BadInput
 from pycli.core.paths import folders_env
-from pycli.core.tree import PROJECT_ROOT
+from pycli.core.tree import COLLECTIONS, PROJECT_ROOT
 
 # What Ansible may see of the controller's environment (ansible-runner would pass it all,
 # and write it into the run folder): names, and prefixes ending in "_".
@@ -200,6 +200,9 @@ def runner_env(many_tasks: bool = False) -> dict[str, str]:
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_CONFIG": str(PROJECT_ROOT / "ansible.cfg"),
         "ANSIBLE_ROLES_PATH": str(PROJECT_ROOT / "roles"),
+        # The roles' plugins (collection pycli.cluster) from this tree, before any path the environment names.
+        **({"ANSIBLE_COLLECTIONS_PATH": os.pathsep.join([str(COLLECTIONS), os.environ["ANSIBLE_COLLECTIONS_PATH"]])}
+           if os.environ.get("ANSIBLE_COLLECTIONS_PATH") else {}),
         "PATH": tools + os.pathsep + os.environ.get("PATH", ""),
         "ANSIBLE_FORCE_COLOR": "0",
         # The roles' controller folders are pycli's own, whatever the environment said (empty, say).

@@ -19,6 +19,9 @@ def _project_root() -> Path:
 
 
 PROJECT_ROOT = _project_root()
+# Where Ansible finds the roles' own modules and filters by their full names (pycli.cluster.NAME):
+# a collection path whose pycli/cluster holds plugins/ (ansible.cfg's collections_path names it).
+COLLECTIONS = PROJECT_ROOT / "collections"
 # What makes this machine able to run a local cluster (Docker, debootstrap, the kernel's limits), run as root.
 HOST_PREREQS = PROJECT_ROOT / "scripts" / "host-prereqs.sh"
 

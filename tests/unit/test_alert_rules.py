@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from pycli_node.gpu_reports import HARDWARE_XIDS
+from tests.conftest import PLUGINS
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "roles" / "monitoring" / "files" / "alerts.yml"
@@ -142,7 +143,7 @@ def test_every_dcgm_field_the_rules_read_is_exported():
 def _alert_rules_filter():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("alert_rules", ROOT / "roles/monitoring/filter_plugins/alert_rules.py")
+    spec = importlib.util.spec_from_file_location("alert_rules", PLUGINS / "filter" / "alert_rules.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import ansible_plugins
+
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 PUBLIC, CLUSTER, SSH = "203.0.113.7", "10.10.0.3", "192.168.1.3"
 
@@ -23,10 +25,9 @@ def _node(interface: str | None = None, facts: bool = True, ansible_host: str | 
 
 def _template(text: str, hostvars: dict, **variables) -> str:
     from ansible.parsing.dataloader import DataLoader
-    from ansible.plugins.loader import add_all_plugin_dirs
     from ansible.template import Templar, trust_as_template
 
-    add_all_plugin_dirs(str(ROLES / "cluster_address"))
+    ansible_plugins()
     templar = Templar(loader=DataLoader(), variables={"hostvars": hostvars, **variables}).copy_with_new_env(trim_blocks=True)
     return templar.template(trust_as_template(text))
 
@@ -39,7 +40,7 @@ def _template(text: str, hostvars: dict, **variables) -> str:
     (_node(facts=False, ansible_host=None), "n1"),  # nor an address in the inventory: its name
 ])
 def test_the_rule(node, address):
-    assert _template("{{ hostvars['n1'] | cluster_address('n1') }}", {"n1": node}) == address
+    assert _template("{{ hostvars['n1'] | pycli.cluster.cluster_address('n1') }}", {"n1": node}) == address
 
 
 def test_etc_hosts_and_the_package_cache_give_a_node_the_address_the_rule_gives():
@@ -60,10 +61,13 @@ def test_no_role_picks_a_node_s_address_from_its_facts_by_itself():
     assert [str(p.relative_to(ROLES.parent)) for p in sources if pattern.search(p.read_text())] == []
 
 
-def test_every_role_that_writes_an_address_depends_on_the_rule_s_role():
+def test_every_role_that_writes_an_address_names_the_rule_by_its_full_name():
+    """A bare `cluster_address` would not be found where the roles run as the collection pycli.cluster."""
+    bare = re.compile(r"\|\s*cluster_address\(")
     for role in ("common", "package_cache", "slurm", "monitoring", "ssh_trust"):
-        dependencies = yaml.safe_load((ROLES / role / "meta" / "main.yml").read_text())["dependencies"]
-        assert {"role": "cluster_address"} in dependencies, role
+        sources = [p for p in (ROLES / role).rglob("*") if p.suffix in {".yml", ".j2"}]
+        assert any("pycli.cluster.cluster_address(" in p.read_text() for p in sources), role
+        assert [p.name for p in sources if bare.search(p.read_text())] == [], role
 
 
 def test_monitoring_refuses_to_listen_unasked_on_a_public_default_route():

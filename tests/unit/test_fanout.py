@@ -1,5 +1,5 @@
 """Artifacts passed on from node to node (role artifact_cache): the fan-out plan
-(filter_plugins/fanout.py: rounds, sources, alternates, groups) and files/fanout-pull.sh, run
+(plugins/filter/fanout.py: rounds, sources, alternates, groups) and files/fanout-pull.sh, run
 here with bash through `runuser` and `ssh` stand-ins that serve each peer's copy from a folder."""
 
 import hashlib
@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import PLUGINS
+
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "artifact_cache"
 PULL = ROLE / "files" / "fanout-pull.sh"
 
-_spec = importlib.util.spec_from_file_location("artifact_cache_fanout", ROLE / "filter_plugins" / "fanout.py")
+_spec = importlib.util.spec_from_file_location("artifact_cache_fanout", PLUGINS / "filter" / "fanout.py")
 fanout = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fanout)
 

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import PLUGINS
+
 ROOT = Path(__file__).resolve().parents[2]
-MODULE = ROOT / "roles/gpu_preflight/library/gpu_stack_facts.py"
+MODULE = PLUGINS / "modules" / "gpu_stack_facts.py"
 spec = importlib.util.spec_from_file_location("gpu_stack_facts", MODULE)
 assert spec and spec.loader
 facts = importlib.util.module_from_spec(spec)

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import ansible_plugins
+
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "monitoring"
 
@@ -31,13 +33,12 @@ def _render(template: str, host: str = "gpu1", hostvars: dict | None = None, **e
 def _expand(text: str, host: str = "gpu1", hostvars: dict | None = None, **extra) -> str:
     """`text` templated with the role's variables as on `host`."""
     from ansible.parsing.dataloader import DataLoader
-    from ansible.plugins.loader import add_all_plugin_dirs
     from ansible.template import Templar, trust_as_template
 
     def trusted(values: dict) -> dict:
         return {k: trust_as_template(v) if isinstance(v, str) else v for k, v in values.items()}
 
-    add_all_plugin_dirs(str(ROLE.parent / "cluster_address"))  # this role's dependency, for its filter
+    ansible_plugins()  # the roles' filters, pycli.cluster.NAME
     hostvars = hostvars or _cluster()
     variables = {
         # Role pycli_node is this role's dependency: its defaults are the play's too.

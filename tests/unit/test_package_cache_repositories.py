@@ -1,4 +1,4 @@
-"""Which hosts the package cache fetches from (roles/package_cache/filter_plugins/package_cache_repositories.py),
+"""Which hosts the package cache fetches from (plugins/filter/package_cache_repositories.py),
 and the role's expression that gathers them, rendered by Ansible's own templating."""
 
 from __future__ import annotations
@@ -8,9 +8,11 @@ from pathlib import Path
 
 import yaml
 
+from tests.conftest import PLUGINS, ansible_plugins
+
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "package_cache"
 _spec = importlib.util.spec_from_file_location("package_cache_repositories",
-                                               ROLE / "filter_plugins" / "package_cache_repositories.py")
+                                               PLUGINS / "filter" / "package_cache_repositories.py")
 repos = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(repos)
 
@@ -63,10 +65,9 @@ def test_every_repository_a_role_writes_is_one_the_cache_serves():
 
 def _render(expression: str, variables: dict):
     from ansible.parsing.dataloader import DataLoader
-    from ansible.plugins.loader import filter_loader
     from ansible.template import Templar, trust_as_template
 
-    filter_loader.add_directory(str(ROLE / "filter_plugins"))
+    ansible_plugins()
     variables = {k: trust_as_template(v) if isinstance(v, str) else v for k, v in variables.items()}
     return Templar(loader=DataLoader(), variables=variables).template(trust_as_template(expression))
 

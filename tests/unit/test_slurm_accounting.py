@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import PLUGINS
+
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "tests" / "fixtures" / "recorded"
-_spec = importlib.util.spec_from_file_location("slurm_accounting", ROOT / "roles/slurm/library/slurm_accounting.py")
+_spec = importlib.util.spec_from_file_location("slurm_accounting", PLUGINS / "modules" / "slurm_accounting.py")
 assert _spec is not None and _spec.loader is not None
 acct = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(acct)

@@ -1,4 +1,4 @@
-"""The slurm role's defaults and the parsers of its filter plugin (filter_plugins/slurm_nodes.py), on recorded output."""
+"""The slurm role's defaults and the parsers of its filter plugin (plugins/filter/slurm_nodes.py), on recorded output."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.conftest import PLUGINS
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
 ROLE = ROLES / "slurm"
@@ -24,7 +26,7 @@ def _render(expression: str, **variables) -> str:
 
 
 def _filter():
-    spec = importlib.util.spec_from_file_location("slurm_nodes", ROLE / "filter_plugins" / "slurm_nodes.py")
+    spec = importlib.util.spec_from_file_location("slurm_nodes", PLUGINS / "filter" / "slurm_nodes.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.slurm_node_problems
@@ -113,7 +115,7 @@ HELD_BACK = """slurmd:
 
 
 def _filters():
-    spec = importlib.util.spec_from_file_location("slurm_nodes", ROLE / "filter_plugins" / "slurm_nodes.py")
+    spec = importlib.util.spec_from_file_location("slurm_nodes", PLUGINS / "filter" / "slurm_nodes.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ansible_plugins
+from tests.conftest import PLUGINS, ansible_plugins
 
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "slurm"
 
@@ -33,13 +33,12 @@ def _trusted(value):
 def _render(template: str, host: str, hostvars: dict, **overrides) -> str:
     """The template as the role's template task writes it on `host` (trim_blocks, like the template module)."""
     from ansible.parsing.dataloader import DataLoader
-    from ansible.plugins.loader import add_all_plugin_dirs
     from ansible.template import Templar, trust_as_template
 
     def trusted(values: dict) -> dict:
         return {k: _trusted(v) for k, v in values.items()}
 
-    add_all_plugin_dirs(str(ROLE.parent / "cluster_address"))  # this role's dependency, for its filter
+    ansible_plugins()  # the roles' filters, pycli.cluster.NAME
     variables = {
         # Role pycli_node runs inside this one (its node gate): its defaults are the play's too.
         **trusted(yaml.safe_load((ROLE.parent / "pycli_node" / "defaults" / "main.yml").read_text())),
@@ -103,7 +102,7 @@ def test_a_node_this_run_did_not_reach_keeps_its_line_and_its_place_in_the_parti
 def test_the_node_lines_of_a_slurm_conf_are_read_back_by_node():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("slurm_nodes", ROLE / "filter_plugins" / "slurm_nodes.py")
+    spec = importlib.util.spec_from_file_location("slurm_nodes", PLUGINS / "filter" / "slurm_nodes.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     conf = _render("slurm.conf.j2", "gpu1", _gpu_cluster())

@@ -1,10 +1,11 @@
-"""Role ssh_trust's addresses (filter_plugins/trust_addresses.py): every address a node may log
+"""Role ssh_trust's addresses (plugins/filter/trust_addresses.py): every address a node may log
 in from or be reached on goes into the key's from= list and the known hosts."""
 
 import importlib.util
-from pathlib import Path
 
-PLUGIN = Path(__file__).resolve().parents[2] / "roles" / "ssh_trust" / "filter_plugins" / "trust_addresses.py"
+from tests.conftest import PLUGINS
+
+PLUGIN = PLUGINS / "filter" / "trust_addresses.py"
 IGNORED = r"^(lo|docker[0-9]*|br-.*|veth.*|virbr.*|cni.*|flannel.*|cali.*|vxlan.*|tun.*|tap.*|kube.*)$"
 
 

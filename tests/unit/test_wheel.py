@@ -29,21 +29,34 @@ def _tracked() -> list[str]:
     return subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
 
 
+def _as_files(tracked: list[str]) -> list[str]:
+    """The tracked names, a link to a folder (collections/ names plugins/ so) read as the files it leads to."""
+    files = []
+    for name in tracked:
+        if (ROOT / name).is_symlink() and (ROOT / name).is_dir():
+            target = (ROOT / name).resolve().relative_to(ROOT).as_posix()
+            files += [name + other[len(target):] for other in tracked if other.startswith(target + "/")]
+        else:
+            files.append(name)
+    return files
+
+
 def test_the_wheel_carries_the_tree_pycli_drives_and_nothing_of_the_checkouts_own(tmp_path):
     source = tmp_path / "checkout"
     tracked = _tracked()
     for name in tracked:
         (source / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, source / name)
+        shutil.copy2(ROOT / name, source / name, follow_symlinks=False)
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
                             "-w", str(tmp_path / "dist"), str(source)], capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = (tmp_path / "dist").glob("pycli-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    wanted = {f"pycli/_project/{name}" for name in tracked
+    wanted = {f"pycli/_project/{name}" for name in _as_files(tracked)
               if any(name == part or name.startswith(part + "/") for part in TREE) and "__pycache__" not in name}
     assert wanted and not wanted - names, sorted(wanted - names)[:20]
     assert "pycli/_project/playbooks/site.yml" in names and "pycli/_project/roles/slurm/tasks/main.yml" in names
+    assert "pycli/_project/collections/ansible_collections/pycli/cluster/plugins/filter/cluster_address.py" in names
     carried = {name for name in names if name.startswith("pycli/_project/")}
     assert carried == wanted, sorted(carried - wanted)[:20]  # no tests, molecule, docs, bytecode
     assert "pycli_node/gpu_probe.py" in names and "pycli/cli/app.py" in names

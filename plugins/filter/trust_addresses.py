@@ -1,7 +1,7 @@
 """The addresses of role ssh_trust: every address a node may reach its peers from, or be reached
 on, for the key's from= list and the known hosts.
 
-From the node's facts: its cluster address first (role cluster_address's filter, which the
+From the node's facts: its cluster address first (the filter cluster_address, which the
 play passes in: the node's address for the logins the role checks and for the fan-out of
 artifacts), then the default route's addresses (IPv4, then IPv6), then every interface's (primary IPv4, its
 secondary addresses, its IPv6 addresses), then the address Ansible reaches the node on.
