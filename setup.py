@@ -1,5 +1,5 @@
-"""The wheel carries the tree pycli drives (PROJECT_TREE: the roles, the playbooks, the workloads,
-ansible.cfg, the inventory's group_vars and the host's set-up script) as package data under
+"""The wheel carries the tree pycli drives (PROJECT_TREE: the roles, the playbooks, their plugins, the
+workloads, ansible.cfg and the host's set-up script) as package data under
 pycli/_project, so that a pycli installed with pipx, `uv tool install` or pip runs from any folder.
 In a checkout installed editable nothing is copied: pycli reads the same files in place
 (pycli/core/tree.py). The metadata is all in pyproject.toml; this file only adds that step.
@@ -16,8 +16,7 @@ from setuptools.command.build_py import build_py
 HERE = Path(__file__).resolve().parent
 # What pycli reads from its tree, relative to the checkout's root (the sdist takes the same: MANIFEST.in).
 # collections/ names plugins/ as the collection pycli.cluster through a link: copied, the link becomes the folder.
-PROJECT_TREE = ("ansible.cfg", "playbooks", "roles", "plugins", "collections", "workloads", "inventory/group_vars",
-                "scripts/host-prereqs.sh")
+PROJECT_TREE = ("ansible.cfg", "playbooks", "roles", "plugins", "collections", "workloads", "scripts/host-prereqs.sh")
 BUNDLE = Path("pycli") / "_project"
 LEFT_OUT = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", "*.egg-info")
 

@@ -157,10 +157,10 @@ def test_each_repository_role_installs_the_keyring_the_check_wrote(role, tasks_f
 
 
 def test_nvidia_cuda_repositories_are_pinned_to_nvidias_key_and_nothing_is_filled_in_by_hand():
-    """Every distribution gpu_matrix lists has its CUDA repository key pinned by fingerprint in the
+    """Every distribution gpu_preflight_matrix lists has its CUDA repository key pinned by fingerprint in the
     role's defaults: a real GPU inventory needs no checksum or key of its own."""
     defaults = yaml.safe_load((ROOT / "roles/nvidia_driver/defaults/main.yml").read_text())
-    matrix = yaml.safe_load((ROOT / "inventory/group_vars/all/gpu_matrix.yml").read_text())["gpu_matrix"]
+    matrix = yaml.safe_load((ROOT / "roles/gpu_preflight/defaults/main.yml").read_text())["gpu_preflight_matrix"]
     distros = {d for row in matrix.values() for d in row["distros"]}
     keys = defaults["nvidia_driver_cuda_repo_keys"]
     assert distros <= set(keys)
