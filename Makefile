@@ -220,7 +220,7 @@ second-venv: wheel
 
 lint: venv
 	$(call TIMED,lint,ansible-lint) $(NOISY) $(BIN)/ansible-lint
-	$(call TIMED,lint,ruff) $(BIN)/ruff check pycli $(NODE_PACKAGE_DIR) workloads scripts
+	$(call TIMED,lint,ruff) $(BIN)/ruff check pycli $(NODE_PACKAGE_DIR) workloads scripts plugins
 	$(call TIMED,lint,mypy) $(BIN)/mypy
 	$(call TIMED,lint,import-linter) $(BIN)/lint-imports --no-cache
 

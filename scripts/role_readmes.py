@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--roles", type=Path, default=ROLES, help="folder of roles (default: this repository's)")
     args = parser.parse_args(argv)
     failed = False
-    for role in sorted(path.parent.parent for path in args.roles.glob("*/tasks/main.yml")):
+    for role in sorted(path.parent.parent for path in args.roles.glob("*/meta/argument_specs.yml")):
         readme = role / "README.md"
         shown = readme.relative_to(args.roles.parent)
         if not readme.exists():

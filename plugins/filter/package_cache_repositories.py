@@ -1,9 +1,8 @@
 """Which repositories the package cache serves, as pure functions tested on their own.
 
 The cache fetches for the nodes only from repository hosts: those the nodes' apt sources name,
-those pycli's roles write into the sources later in the run (each role's setting: the
-inventory's value where it sets one, else the role's default, read from the role's own defaults
-file), and the site's package_cache_repositories. Anything else is refused by nginx, and so is
+those pycli's roles write into the sources later in the run (the role's vars,
+__package_cache_role_repositories), and the site's package_cache_repositories. Anything else is refused by nginx, and so is
 an address on the cache host itself (loopback) or on its link (link-local, where clouds answer
 with instance metadata and credentials) whoever lists it.
 """
@@ -12,11 +11,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable, Mapping
-from pathlib import Path
+from collections.abc import Iterable
 from urllib.parse import urlsplit
-
-import yaml
 
 # How a source served over TLS is written with the cache (vars/main.yml, __package_cache_https_prefix).
 HTTPS_PREFIX = re.compile(r"^http://https///", re.IGNORECASE)
@@ -67,26 +63,10 @@ def package_cache_refused(urls: Iterable[str]) -> list[str]:
     return [url for url in urls if _refused(_host(url))]
 
 
-def package_cache_role_repositories(settings: Mapping[str, str], roles_dir: str, values: Mapping) -> list[str]:
-    """The repository URL each role writes: settings maps a role to its URL setting; the value is the
-    inventory's (values) where it has one, else the role's default from roles_dir/ROLE/defaults/main.yml."""
-    urls = []
-    for role, setting in settings.items():
-        value = values.get(setting) if setting in values else None
-        if value is None:
-            defaults = yaml.safe_load((Path(roles_dir) / role / "defaults" / "main.yml").read_text()) or {}
-            if setting not in defaults:
-                raise ValueError(f"role {role} has no setting {setting} (roles/{role}/defaults/main.yml)")
-            value = defaults[setting]
-        urls.append(str(value))
-    return urls
-
-
 class FilterModule:
     def filters(self):
         return {
             "package_cache_source_urls": package_cache_source_urls,
             "package_cache_refused": package_cache_refused,
             "package_cache_repository_hosts": package_cache_repository_hosts,
-            "package_cache_role_repositories": package_cache_role_repositories,
         }

@@ -106,7 +106,7 @@ def parse_rows(stdout: str, fields: list[str]) -> list[dict[str, str]]:
         if not line.strip():
             continue
         values = line.split("|")
-        rows.append({field: value.strip() for field, value in zip(fields, values + [""] * len(fields))})
+        rows.append({field: value.strip() for field, value in zip(fields, values + [""] * len(fields), strict=False)})
     return rows
 
 
@@ -360,7 +360,7 @@ def main() -> None:
         module.fail_json(msg=f"Slurm accounting: {exc}")
     said = [" ".join(["sacctmgr", *command]) for command in commands]
     if not module.check_mode:
-        for command, line in zip(commands, said):
+        for command, line in zip(commands, said, strict=False):
             rc, out, err = module.run_command(SACCTMGR + command)
             if rc != 0:
                 why = " ".join((err or out).split())

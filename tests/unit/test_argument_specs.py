@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 ROLES = Path(__file__).resolve().parents[2] / "roles"
-ROLE_DIRS = sorted(p for p in ROLES.iterdir() if (p / "tasks" / "main.yml").exists())
+ROLE_DIRS = sorted(p for p in ROLES.iterdir() if (p / "meta" / "argument_specs.yml").exists())
 
 
 def _load(path: Path) -> dict:

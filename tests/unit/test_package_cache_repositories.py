@@ -40,27 +40,36 @@ def test_loopback_link_local_and_unspecified_addresses_are_never_served():
         ["http://169.254.169.254/latest/meta-data/", "http://127.0.0.1:3142/", "http://[::1]/", "10.0.0.5"]) == ["10.0.0.5"]
 
 
-def test_each_role_s_repository_comes_from_the_inventory_or_else_from_the_role_s_own_default():
-    settings = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__package_cache_role_settings"]
-    roles = ROLE.parent
-    defaults = repos.package_cache_role_repositories(settings, str(roles), {})
-    assert repos.package_cache_repository_hosts(defaults) == [
+def _role_repositories(**inventory) -> list[str]:
+    """__package_cache_role_repositories as the cache host's play sees it: role apt_repositories's
+    defaults (its dependency), the inventory's settings over them."""
+    shared = yaml.safe_load((ROLE.parent / "apt_repositories" / "defaults" / "main.yml").read_text())
+    listed = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__package_cache_role_repositories"]
+    return [_render(item, {**shared, **inventory}) for item in listed]
+
+
+def test_each_role_s_repository_comes_from_the_inventory_or_else_from_role_apt_repositories():
+    assert repos.package_cache_repository_hosts(_role_repositories()) == [
         "developer.download.nvidia.com", "download.docker.com", "nvidia.github.io"]
     # A site's own Docker mirror in the inventory takes the place of Docker's.
-    site = repos.package_cache_role_repositories(settings, str(roles), {"docker_repo_base_url": "https://mirror.site/docker"})
-    assert "mirror.site" in repos.package_cache_repository_hosts(site)
-    assert "download.docker.com" not in repos.package_cache_repository_hosts(site)
+    site = repos.package_cache_repository_hosts(_role_repositories(docker_repo_base_url="https://mirror.site/docker"))
+    assert "mirror.site" in site and "download.docker.com" not in site
 
 
 def test_every_repository_a_role_writes_is_one_the_cache_serves():
-    """A role that adds an apt repository names its URL setting here, or its downloads are refused by the cache."""
-    settings = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__package_cache_role_settings"]
+    """A role that adds an apt repository takes its URL from role apt_repositories and its setting is
+    one the cache reads, or its downloads are refused by the cache."""
+    listed = " ".join(yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__package_cache_role_repositories"])
+    shared = yaml.safe_load((ROLE.parent / "apt_repositories" / "defaults" / "main.yml").read_text())
     written = {}
     for defaults in ROLE.parent.glob("*/defaults/main.yml"):
-        for key in yaml.safe_load(defaults.read_text()) or {}:
+        for key, value in (yaml.safe_load(defaults.read_text()) or {}).items():
             if key.endswith("_repo_url") or key.endswith("_repo_base_url"):
-                written[key] = defaults.parent.parent.name
-    assert {setting: role for role, setting in settings.items()} == written
+                written[key] = str(value)
+    assert sorted(written) == ["docker_repo_base_url", "nvidia_container_toolkit_repo_url", "nvidia_driver_cuda_repo_base_url"]
+    for key, value in written.items():
+        (default,) = [name for name in shared if value == "{{ " + name + " }}"]
+        assert f"{key} | default({default})" in listed, key
 
 
 def _render(expression: str, variables: dict):
@@ -68,7 +77,12 @@ def _render(expression: str, variables: dict):
     from ansible.template import Templar, trust_as_template
 
     ansible_plugins()
-    variables = {k: trust_as_template(v) if isinstance(v, str) else v for k, v in variables.items()}
+    def trusted(value):  # the role's own files' values are templates, as Ansible trusts them
+        if isinstance(value, str):
+            return trust_as_template(value)
+        return [trusted(item) for item in value] if isinstance(value, list) else value
+
+    variables = {k: trusted(v) for k, v in variables.items()}
     return Templar(loader=DataLoader(), variables=variables).template(trust_as_template(expression))
 
 
@@ -81,9 +95,10 @@ def test_the_cache_serves_the_sources_of_this_run_s_hosts_the_roles_and_the_site
 
     def serves(play_hosts: list[str], served_now: str) -> list[str]:
         hostvars = {"node1": node1, "node2": node2}
-        variables = {**role_vars, "package_cache_repositories": ["10.1.2.3"], "package_cache_nodes_group": "nodes",
+        shared = yaml.safe_load((ROLE.parent / "apt_repositories" / "defaults" / "main.yml").read_text())
+        variables = {**shared, **role_vars, "package_cache_repositories": ["10.1.2.3"], "package_cache_nodes_group": "nodes",
                      "groups": {"nodes": ["node1", "node2"]}, "ansible_play_hosts": play_hosts,
-                     "hostvars": hostvars, "inventory_hostname": "node1", "role_path": str(ROLE),
+                     "hostvars": hostvars, "inventory_hostname": "node1",
                      "__package_cache_served": served_now}
         variables.update(know["vars"])
         return _render(know["ansible.builtin.set_fact"]["_package_cache_repositories"], variables)
