@@ -31,7 +31,7 @@ from pycli.cluster.inventory_writer import (
     HostEntry,
 )
 from pycli.core.errors import NEXT_RELEASE, BadInput, problems_error
-from pycli.core.paths import role_vars
+from pycli.core.tree import plugin
 
 DEFAULT_SSH_PORT = 22
 # Later the GPU count found on the host; until a host has been looked at, one process.
@@ -70,7 +70,6 @@ SETTINGS_VARS = (VENV_VAR, WORK_DIR_VAR, INTERFACE_VAR, SHARED_CPUS_VAR, NODE_GA
 # Where Alertmanager posts alerts (role monitoring): checked here, so a bad one is one line
 # before provisioning starts, not a failed play; by the rule the role's preflight checks it with.
 WEBHOOK_VAR = "monitoring_alert_webhook_url"
-WEBHOOK_PATTERN_VAR = "__monitoring_webhook_url_pattern"
 # Every variable pycli reads; Ansible templates them ("{{ ... }}") before pycli sees them.
 READ_VARS = (*ADDRESS_VARS, *PORT_VARS, *USER_VARS, SLOTS_VAR, *KEY_VARS, *SSH_ARGS_VARS, CONNECTION_VAR, *SETTINGS_VARS,
              WEBHOOK_VAR)
@@ -288,7 +287,8 @@ def opt_in_problem(group: str, names: Sequence[str], node_names: Sequence[str]) 
 
 def webhook_problem(value: object) -> str | None:
     """Why a monitoring_alert_webhook_url is no URL Alertmanager can post to, or None."""
-    if value in (None, "") or re.match(role_vars("monitoring")[WEBHOOK_PATTERN_VAR], str(value)):
+    # The monitoring role's preflight takes exactly these (its test plugin, pycli.cluster.webhook_url).
+    if value in (None, "") or plugin("test", "webhook_url").webhook_url(value):
         return None
     return f"{WEBHOOK_VAR} {str(value)!r} is not an http:// or https:// URL; give the address that takes the alerts"
 

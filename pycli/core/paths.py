@@ -39,16 +39,6 @@ def role_defaults(role: str) -> dict[str, Any]:
     return defaults if isinstance(defaults, dict) else {}
 
 
-@functools.cache
-def role_vars(role: str) -> dict[str, Any]:
-    """The variables of a role's vars/main.yml, read once: the home of the rules and places pycli
-    must know as the role does, which an inventory cannot change (the role's vars outrank it)."""
-    import yaml
-
-    found = yaml.safe_load(project_path("roles", role, "vars", "main.yml").read_text())
-    return found if isinstance(found, dict) else {}
-
-
 # The controller's folders that the roles use too. Their one home is here: pycli passes both to
 # every Ansible run (folders_env), and the roles run by hand ask this module
 # (`python -m pycli.core.paths PYCLI_CACHE`), so the defaults are never written again.

@@ -7,8 +7,11 @@ the script through HOST_PREREQS. pycli.core.paths holds the rest of where pycli 
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 
 def _project_root() -> Path:
@@ -24,6 +27,19 @@ PROJECT_ROOT = _project_root()
 COLLECTIONS = PROJECT_ROOT / "collections"
 # What makes this machine able to run a local cluster (Docker, debootstrap, the kernel's limits), run as root.
 HOST_PREREQS = PROJECT_ROOT / "scripts" / "host-prereqs.sh"
+
+
+@functools.cache
+def plugin(kind: str, name: str) -> ModuleType:
+    """One of the roles' plugins (plugins/KIND/NAME.py; pycli.cluster.NAME to Ansible) as a module,
+    for a rule pycli applies before a run exactly as the roles apply it during one."""
+    path = PROJECT_ROOT / "plugins" / kind / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"pycli_cluster_{kind}_{name}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no plugin {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def host_prereqs_command() -> str:

@@ -15,7 +15,6 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from pycli.core.paths import role_vars
 from pycli.top.model import GpuSample, NodeSample
 from pycli_node.gpu_reports import slowdowns_of
 
@@ -43,8 +42,9 @@ QUERIES: Mapping[str, str] = {
 }
 # Seconds each query may take on the monitoring host.
 QUERY_TIMEOUT_S = 4
-# The monitoring role's record of where Prometheus listens, on the monitoring host (its vars name the file).
-FACT_FILE_VAR = "__monitoring_fact_file"
+# Where the monitoring role records where Prometheus listens, on the monitoring host: its local
+# fact `monitoring` (roles/monitoring/README.md), in Ansible's folder of local facts (fact_path's default).
+MONITORING_FACT = "/etc/ansible/facts.d/monitoring.fact"
 
 # Runs on the monitoring host with its own python3 (standard library only).
 _PROGRAM = """
@@ -74,8 +74,7 @@ print(json.dumps(answers))
 def query_command() -> str:
     """The shell line that asks Prometheus on its host and prints its answers (one JSON line)."""
     program = _PROGRAM % {"timeout": QUERY_TIMEOUT_S}
-    fact = str(role_vars("monitoring")[FACT_FILE_VAR])
-    return f"python3 -c {shlex.quote(program)} {shlex.quote(json.dumps(dict(QUERIES)))} {shlex.quote(fact)}"
+    return f"python3 -c {shlex.quote(program)} {shlex.quote(json.dumps(dict(QUERIES)))} {shlex.quote(MONITORING_FACT)}"
 
 
 class PrometheusUnavailable(Exception):

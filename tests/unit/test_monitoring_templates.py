@@ -166,7 +166,7 @@ def test_pycli_top_asks_prometheus_where_the_role_recorded_it_listens(tmp_path, 
         fact.write_text(_prometheus_fact(monitoring_listen_address="127.0.0.1", monitoring_prometheus_port=port))
         daemon_args = _render("prometheus.default.j2", monitoring_listen_address="127.0.0.1", monitoring_prometheus_port=port)
         assert f"--web.listen-address=127.0.0.1:{port} " in daemon_args
-        monkeypatch.setattr(prometheus, "role_vars", lambda role: {prometheus.FACT_FILE_VAR: str(fact)})
+        monkeypatch.setattr(prometheus, "MONITORING_FACT", str(fact))
         out = subprocess.run(["sh", "-c", prometheus.query_command()], capture_output=True, text=True, timeout=60).stdout
     finally:
         server.shutdown()
@@ -174,11 +174,20 @@ def test_pycli_top_asks_prometheus_where_the_role_recorded_it_listens(tmp_path, 
     assert prometheus.parse_answers(out, ["gpu1"])["gpu1"].why.startswith("Prometheus does not scrape it")
 
 
+def test_the_role_writes_its_local_fact_where_pycli_top_reads_it():
+    """The fact `monitoring` in Ansible's local facts folder: the role's README names it for pycli top."""
+    from pycli.top import prometheus
+
+    written = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__monitoring_fact_file"]
+    assert written == prometheus.MONITORING_FACT == "/etc/ansible/facts.d/monitoring.fact"
+    assert "`/etc/ansible/facts.d/monitoring.fact`" in (ROLE / "README.md").read_text()
+
+
 def test_pycli_top_without_the_roles_record_says_so_in_one_line(tmp_path, monkeypatch):
     from pycli.top import prometheus
 
     missing = tmp_path / "monitoring.fact"
-    monkeypatch.setattr(prometheus, "role_vars", lambda role: {prometheus.FACT_FILE_VAR: str(missing)})
+    monkeypatch.setattr(prometheus, "MONITORING_FACT", str(missing))
     out = subprocess.run(["sh", "-c", prometheus.query_command()], capture_output=True, text=True, timeout=60).stdout
     with pytest.raises(prometheus.PrometheusUnavailable) as raised:
         prometheus.parse_answers(out, ["gpu1"])
