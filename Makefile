@@ -49,7 +49,7 @@ CA_FLAG := $(if $(CA_BUNDLE),--ca-bundle $(CA_BUNDLE))
 # Tools of the venv (ansible, molecule) call each other by name.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: demo test test-pythons test-steps host venv wheel second-venv lint unit unit-torch unit-second unit-second-run integration integration-slurm integration-three-nodes molecule down clean
+.PHONY: demo test test-pythons test-steps host venv wheel collection second-venv lint unit unit-torch unit-second unit-second-run integration integration-slurm integration-three-nodes molecule down clean
 
 # A local cluster, the whole stack on it, and a Horovod job across its nodes. The first run
 # downloads everything and builds Open MPI and Horovod (about 10 minutes on 2 cores); later
@@ -179,6 +179,18 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m compileall -q pycli $(NODE_PACKAGE_DIR) workloads tests >/dev/null
 	touch $@
 
+# The roles, playbooks and plugins as the Ansible collection pycli.cluster (galaxy.yml,
+# docs/collection.md), built from this checkout and installed as a user installs it, into
+# runs/collection/installed. make lint runs ansible-lint on that installed copy (production
+# profile); ANSIBLE_ROLES_PATH there lets its syntax check of a single task file find a sibling
+# role by its short name, as Ansible finds it inside the collection.
+COLLECTION := runs/collection
+COLLECTION_ROOT := $(COLLECTION)/installed/ansible_collections/pycli/cluster
+collection: venv
+	rm -rf $(COLLECTION) && out=$$($(BIN)/ansible-galaxy collection build --output-path $(COLLECTION) . 2>&1 \
+		&& $(BIN)/ansible-galaxy collection install --force --no-deps -p $(COLLECTION)/installed $(COLLECTION)/pycli-cluster-*.tar.gz 2>&1) \
+		|| { echo "$$out"; false; }; echo "make collection: $$(ls $(COLLECTION)/*.tar.gz), installed in $(COLLECTION)/installed"
+
 # pycli's wheel, as a user installs it (pipx install, uv tool install): the Python packages and the
 # tree they drive (roles, playbooks, workloads, ansible.cfg; setup.py), built from this checkout
 # with .venv's setuptools. build/ is setuptools' scratch folder: removed before, so that a module
@@ -218,8 +230,10 @@ second-venv: wheel
 		$$compiled >/dev/null && \
 	echo "$$python" >$$stamp
 
-lint: venv
+lint: venv collection
 	$(call TIMED,lint,ansible-lint) $(NOISY) $(BIN)/ansible-lint
+	$(call TIMED,lint,ansible-lint-collection) $(NOISY) sh -c 'cd $(COLLECTION_ROOT) && ANSIBLE_COLLECTIONS_PATH=$(abspath $(COLLECTION)/installed) \
+		ANSIBLE_ROLES_PATH=$(abspath $(COLLECTION_ROOT))/roles exec $(abspath $(BIN))/ansible-lint --profile production'
 	$(call TIMED,lint,ruff) $(BIN)/ruff check pycli $(NODE_PACKAGE_DIR) workloads scripts plugins
 	$(call TIMED,lint,mypy) $(BIN)/mypy
 	$(call TIMED,lint,import-linter) $(BIN)/lint-imports --no-cache
