@@ -39,21 +39,26 @@ def role_defaults(role: str) -> dict[str, Any]:
     return defaults if isinstance(defaults, dict) else {}
 
 
-# The controller's folders that the roles use too. Their one home is here: pycli passes both to
-# every Ansible run (folders_env), and the roles run by hand ask this module
-# (`python -m pycli.core.paths PYCLI_CACHE`), so the defaults are never written again.
+# The controller's folders that the roles use too. Where they go under the user's home, when the
+# environment names none, is role controller_folders's (its defaults), which the roles read when
+# run without pycli; pycli passes both to every Ansible run it starts (folders_env), and the
+# Makefile asks this module (`python -m pycli.core.paths PYCLI_CACHE`).
 CACHE_ENV = "PYCLI_CACHE"
 STATE_ENV = "PYCLI_STATE"
 
 
+def _in_home(folder: str) -> Path:
+    return Path.home() / str(role_defaults("controller_folders")[f"controller_folders_{folder}_in_home"])
+
+
 def cache_dir() -> Path:
     """Downloads, wheelhouse and built artifacts, keyed by version and flags ($PYCLI_CACHE)."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "pycli")
+    return Path(os.environ.get(CACHE_ENV) or _in_home("cache"))
 
 
 def state_dir() -> Path:
     """Per-cluster secrets and host keys that must outlive a run ($PYCLI_STATE)."""
-    return Path(os.environ.get(STATE_ENV) or Path.home() / ".local" / "state" / "pycli")
+    return Path(os.environ.get(STATE_ENV) or _in_home("state"))
 
 
 def folders_env() -> dict[str, str]:

@@ -1,6 +1,6 @@
-"""The controller's cache and state folders have one home, pycli.core.paths: pycli passes them to
-every Ansible run. A role run by hand without them falls back to a default of its own, which
-needs nothing of pycli's installed; these tests hold it equal to pycli's."""
+"""The controller's cache and state folders have one home, role controller_folders: the roles that
+keep files there read it (they depend on it), and so does pycli (pycli.core.paths), which passes
+both to every Ansible run it starts. A role run without pycli finds the same folders."""
 
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ def _role_default(role: str, name: str) -> str:
 
     ansible_plugins()  # the lookups are ansible.builtin's, found through the collection loader
     expression = yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())[name]
-    variables = {"ssh_trust_cluster_name": "lab", "slurm_cluster_name": "lab", "ansible_playbook_python": sys.executable}
+    shared = yaml.safe_load((ROOT / "roles" / "controller_folders" / "defaults" / "main.yml").read_text())
+    variables = {**{key: trust_as_template(value) for key, value in shared.items()},  # the dependency's defaults
+                 "ssh_trust_cluster_name": "lab", "slurm_cluster_name": "lab", "ansible_playbook_python": sys.executable}
     return str(Templar(loader=DataLoader(), variables=variables).template(trust_as_template(expression))).strip()
 
 
@@ -60,12 +62,12 @@ def test_the_module_prints_the_folders_for_the_makefile_and_refuses_other_names(
 
 
 def test_no_other_file_writes_the_folders_defaults():
-    """Only pycli.core.paths, and the roles' own fallbacks for a run by hand (held equal above)."""
+    """Only role controller_folders's defaults; pycli and the other roles read them."""
     defaults = re.compile(r"\.cache/pycli|\.local/state/pycli|\.cache\" / \"pycli|\.local\" / \"state\"")
-    home = ROOT / "pycli" / "core" / "paths.py"
+    home = ROOT / "roles" / "controller_folders" / "defaults" / "main.yml"
     sources = [*ROOT.glob("pycli/**/*.py"), *ROOT.glob("roles/*/*/*.yml"), *ROOT.glob("roles/*/templates/*.j2"),
                *ROOT.glob("playbooks/*.yml"), *ROOT.glob("scripts/*"), *ROOT.glob("benchmarks/*.py"), ROOT / "Makefile"]
     assert defaults.search(home.read_text()) and len(sources) > 50
-    fallbacks = {ROOT / "roles" / role / "defaults" / "main.yml" for role, *_ in ROLE_FOLDERS}
+    own = home.parent.parent  # the role's spec documents its defaults
     assert [str(p.relative_to(ROOT)) for p in sources
-            if p != home and p not in fallbacks and p.is_file() and defaults.search(p.read_text())] == []
+            if own not in p.parents and p.is_file() and defaults.search(p.read_text())] == []
