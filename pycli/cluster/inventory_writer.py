@@ -14,23 +14,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pycli.core.errors import BadInput
+from pycli.core.paths import role_defaults
 
-NODES_GROUP = "nodes"
+# The groups the roles and playbooks work on: role cluster_groups's defaults, their one home.
+_GROUPS = role_defaults("cluster_groups")
+NODES_GROUP = str(_GROUPS["cluster_groups_nodes"])
+# pycli's own: the host that starts a job's launcher (pycli train), no role's.
 LAUNCHER_GROUP = "launcher"
 # Opt-in to Slurm (role slurm): the one host of this group runs slurmctld and slurmdbd.
-SLURM_CONTROLLER_GROUP = "slurm_controller"
+SLURM_CONTROLLER_GROUP = str(_GROUPS["cluster_groups_slurm_controller"])
 # Opt-in to monitoring (role monitoring): the one host of this group runs Prometheus and Alertmanager.
-MONITORING_GROUP = "monitoring"
+MONITORING_GROUP = str(_GROUPS["cluster_groups_monitoring"])
 # The package cache (role package_cache): the one host of this group runs it (nginx as a caching
 # proxy). On by default from PACKAGE_CACHE_FROM_HOSTS hosts: docs/scale.md, "The package cache".
-PACKAGE_CACHE_GROUP = "package_cache"
+PACKAGE_CACHE_GROUP = str(_GROUPS["cluster_groups_package_cache"])
 PACKAGE_CACHE_FROM_HOSTS = 8
 # The opt-in groups, each naming one host (of `nodes`, but for package_cache, which may name any
 # host the nodes reach), with the line the inventory says of it.
 OPT_IN_GROUPS = {
-    SLURM_CONTROLLER_GROUP: "Slurm's controller (slurmctld, slurmdbd with MariaDB); every host of [nodes] runs slurmd.",
-    MONITORING_GROUP: "Monitoring: Prometheus and Alertmanager; every host of [nodes] runs node-exporter.",
-    PACKAGE_CACHE_GROUP: "Package cache (nginx): every host of [nodes] fetches its packages through it.",
+    SLURM_CONTROLLER_GROUP: f"Slurm's controller (slurmctld, slurmdbd with MariaDB); every host of [{NODES_GROUP}] runs slurmd.",
+    MONITORING_GROUP: f"Monitoring: Prometheus and Alertmanager; every host of [{NODES_GROUP}] runs node-exporter.",
+    PACKAGE_CACHE_GROUP: f"Package cache (nginx): every host of [{NODES_GROUP}] fetches its packages through it.",
 }
 
 

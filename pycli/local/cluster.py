@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from pycli.cluster import runner
 from pycli.cluster.drained import forget_drained
-from pycli.cluster.inventory_writer import write_text_atomically
+from pycli.cluster.inventory_writer import NODES_GROUP, write_text_atomically
 from pycli.core.errors import BadInput, PycliError, Unreachable
 from pycli.core.paths import new_run_dir
 from pycli.local.image import ImageSpec, ensure_image
@@ -188,7 +188,7 @@ def _install_authorized_key(container: Container, public_key: str) -> None:
 
 
 def _ping_all(inventory: Path) -> runner.RunResult:
-    request = runner.RunRequest(inventory=inventory, pattern="nodes", module="ping")
+    request = runner.RunRequest(inventory=inventory, pattern=NODES_GROUP, module="ping")
     return runner.run(request, new_run_dir("cluster-up"))
 
 

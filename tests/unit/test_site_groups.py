@@ -19,24 +19,43 @@ PYCLI_GROUPS = {NODES_GROUP, SLURM_CONTROLLER_GROUP, MONITORING_GROUP, PACKAGE_C
 CHECK_PLAY = "Check there are nodes to work on"
 
 
+GROUPS = yaml.safe_load((ROOT / "roles" / "cluster_groups" / "defaults" / "main.yml").read_text())
+
+
+def _named(value: str) -> str:
+    """The group a `{{ cluster_groups_X }}` names (role cluster_groups's defaults)."""
+    found = re.fullmatch(r"\{\{ (cluster_groups_\w+) \}\}", str(value))
+    assert found, value
+    return GROUPS[found.group(1)]
+
+
 def _site_groups() -> dict[str, str]:
     plays = yaml.safe_load((ROOT / "playbooks" / "cache.yml").read_text())
-    return next(play for play in plays if play["name"] == CHECK_PLAY)["vars"]["site_groups"]
+    return {name: _named(value)
+            for name, value in next(play for play in plays if play["name"] == CHECK_PLAY)["vars"]["site_groups"].items()}
 
 
 def _role_group_defaults() -> dict[str, str]:
-    """Every role default that names an inventory group: a `*_group` whose default is one of pycli's groups."""
+    """Every role default that names an inventory group: a `*_group` whose default is a cluster_groups_* name."""
     found = {}
     for defaults in sorted(ROOT.glob("roles/*/defaults/main.yml")):
         for name, value in (yaml.safe_load(defaults.read_text()) or {}).items():
-            if name.endswith("_group") and value in PYCLI_GROUPS:
-                found[name] = value
+            if name.endswith("_group") and "cluster_groups_" in str(value):
+                found[name] = _named(value)
     return found
 
 
 def test_the_check_knows_every_roles_group_variable_with_its_default():
     assert _site_groups() == _role_group_defaults()
-    assert set(_site_groups().values()) == PYCLI_GROUPS
+    assert set(_site_groups().values()) == PYCLI_GROUPS == set(GROUPS.values())
+
+
+def test_no_playbook_or_role_names_a_group_but_role_cluster_groups():
+    """pycli's Python reads them there too (inventory_writer), so a group is named once."""
+    literal = re.compile(r"(hosts:\s*['\"]?|groups\[\s*['\"]|default\(['\"])(nodes|slurm_controller|monitoring|package_cache)\b")
+    sources = [*ROOT.glob("playbooks/*.yml"), *ROOT.glob("roles/*/*/*.yml"), *ROOT.glob("roles/*/templates/*.j2")]
+    assert len(sources) > 50
+    assert [str(p.relative_to(ROOT)) for p in sources if literal.search(p.read_text())] == []
 
 
 def test_no_role_names_a_group_itself():
