@@ -127,7 +127,8 @@ def test_host_prereqs_installs_the_debian_keyring(tmp_path):
         "dockerd": "echo 'Docker version 20.10'",
         "debootstrap": "exit 0",
         "docker": "echo 20.10",
-        "promtool": "echo 'promtool, version 2.42.0'",  # there already (tests/unit/test_alert_rules.py needs it)
+        # there already (tests/unit/roles/monitoring/test_alert_rules.py needs it)
+        "promtool": "echo 'promtool, version 2.42.0'",
     }
     for name, body in stubs.items():
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")

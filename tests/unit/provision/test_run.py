@@ -298,7 +298,7 @@ def test_retry_hosts_reach_every_node_play_but_trust_and_the_end_take_every_node
     hosts = {play["name"]: play["hosts"] for play in _plays(SITE_PLAYBOOK)}
     every_node = {name for name, pattern in hosts.items() if pattern == "nodes"}
     assert every_node == {"SSH trust between the nodes", "End of the run"}
-    # Slurm's and monitoring's plays: every node too, where the inventory opts in (tests/unit/test_slurm_play.py).
+    # Slurm's and monitoring's plays: every node too, where the inventory opts in (tests/unit/playbooks/test_slurm_play.py).
     hosts.pop("Slurm scheduler")
     hosts.pop("Monitoring")
     # The package cache's play: the retried nodes, and the cache host too where the inventory has one.
