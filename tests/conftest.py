@@ -77,19 +77,25 @@ SLOW_KINDS = ("slow_torch", "slow_ansible")
 # workload that does, at their top. make test runs them in .venv (`-m torch`) and the others under
 # its second Python (`-m "not torch"`, Makefile). A module that comes to import torch and is not named here fails
 # to collect under the second Python, so make test says so.
-TORCH_MODULES = frozenset({"test_allreduce.py", "test_bench_report.py", "test_idx_format.py", "test_restarts.py",
-                           "test_workloads.py"})
+# Named by their path under tests/unit.
+TORCH_MODULES = frozenset({"bench/test_report.py", "jobs/test_restarts.py", "workloads/test_allreduce.py",
+                           "workloads/test_wl_idx.py", "workloads/test_workloads.py"})
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 UNIT_DIR = ROOT / "tests" / "unit"
 
 
+def _torch_module(path: Path) -> bool:
+    """Whether `path` is one of TORCH_MODULES."""
+    return path.is_relative_to(UNIT_DIR) and path.relative_to(UNIT_DIR).as_posix() in TORCH_MODULES
+
+
 def _needs_torch(item: pytest.Item) -> bool:
-    return bool(item.get_closest_marker("slow_torch")) or (item.path.parent == UNIT_DIR and item.path.name in TORCH_MODULES)
+    return bool(item.get_closest_marker("slow_torch")) or _torch_module(item.path)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     # Without torch such a module cannot even be imported; its tests are counted out below.
-    if not HAVE_TORCH and collection_path.parent == UNIT_DIR and collection_path.name in TORCH_MODULES:
+    if not HAVE_TORCH and _torch_module(collection_path):
         return True
     return None
 

@@ -6,7 +6,7 @@ out the sacctmgr commands that make it what the inventory says, and runs them (n
 mode). Only what an entry names is compared and set: a setting the inventory leaves out is left
 as the database has it, and nothing the inventory does not name is removed; an entry with
 `state: absent` is removed. The parsers and the planner are pure functions, tested on recorded
-output (tests/unit/test_slurm_accounting.py); the role runs it on the controller.
+output (tests/unit/plugins/modules/test_slurm_accounting.py); the role runs it on the controller.
 """
 
 from __future__ import annotations

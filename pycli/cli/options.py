@@ -2,7 +2,7 @@
 
 A flag means one thing in every command (as kayobe's `add_args` gives each command the same
 `-i/-e/-l/-t`): the commands take their common options from `COMMON_OPTIONS` below, and
-tests/unit/test_cli_grammar.py walks the app and fails when a short flag names two long ones.
+tests/unit/cli/test_options.py walks the app and fails when a short flag names two long ones.
 
 The inventory rule: a command that reads an inventory takes it as its first argument or with
 `-i/--inventory` (drain and undrain: `-i` only, their arguments are nodes); given neither, it

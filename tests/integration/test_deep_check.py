@@ -3,7 +3,7 @@ slowed by the pairs through it, even after the whole-cluster allreduce gate fail
 
 Figures are compared with each other, never with a speed: the faults are far outside the
 spread of healthy nodes (a CPU share of 0.3, a link shaped to 100 Mbit/s). The gpu_health gate
-is skipped here (no GPU); tests/unit/test_check_gpu_health.py reads recorded real GPU output.
+is skipped here (no GPU); tests/unit/health/test_gpu_health.py reads recorded real GPU output.
 """
 
 import json

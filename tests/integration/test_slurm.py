@@ -161,7 +161,7 @@ def test_mnist_goes_through_the_queue_and_waits_behind_another_job(slurm_cluster
     _read_until(second, r"Slurm job \d+ PENDING", second_seen)
     # slurmctld restarts under them, as the role restarts it on any change of slurm.conf: both
     # jobs go on, and pycli reports both. (Here squeue waits out the restart; a squeue that
-    # fails meanwhile, which pycli watches on through, is tests/unit/test_slurm.py's.)
+    # fails meanwhile, which pycli watches on through, is tests/unit/jobs/test_slurm.py's.)
     code, out = node_run("node1", "systemctl", "restart", "slurmctld")
     assert code == 0, out
     rest, _ = first.communicate(timeout=900)

@@ -2,8 +2,9 @@
 `nvidia-smi -q` (per GPU: ECC counts, row remapping, page retirement, a reset asked for,
 slowdown clock events), the driver's
 `NVRM: Xid` kernel log lines, and `dcgmi diag -j` of DCGM 3 ("DCGM GPU Diagnostic") and DCGM 4
-("DCGM Diagnostic"). Pure functions over text; tests/unit/test_check_gpu_health.py runs them on output
-recorded on real machines (tests/fixtures/recorded). The gate that uses them: pycli/health/gpu_health.py.
+("DCGM Diagnostic"). Pure functions over text; tests/unit/health/test_gpu_health.py runs them on
+output recorded on real machines (tests/fixtures/recorded). The gate that uses them:
+pycli/health/gpu_health.py.
 """
 
 from __future__ import annotations
