@@ -151,6 +151,7 @@ def site_yml_as_typed(inventory: Path) -> subprocess.CompletedProcess:
     with _default_inventory():
         if DEFAULT_INVENTORY.exists():
             return _site("-i", str(inventory))
+        DEFAULT_INVENTORY.parent.mkdir(exist_ok=True)  # a fresh clone has no inventory/ until pycli writes one
         DEFAULT_INVENTORY.symlink_to(inventory)
         try:
             return _site()

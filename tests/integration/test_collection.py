@@ -42,7 +42,8 @@ def test_the_collections_site_playbook_provisions_the_cluster_from_a_users_own_f
     _galaxy("build", "--output-path", str(tmp_path / "dist"), str(ROOT), cwd=tmp_path)
     (tarball,) = (tmp_path / "dist").glob("pycli-cluster-*.tar.gz")
     collections = tmp_path / "collections"
-    _galaxy("install", "--no-deps", "-p", str(collections), str(tarball), cwd=tmp_path)
+    # --force: a copy installed elsewhere (~/.ansible/collections) would make it install nothing here.
+    _galaxy("install", "--force", "--no-deps", "-p", str(collections), str(tarball), cwd=tmp_path)
     installed = collections / "ansible_collections" / "pycli" / "cluster"
     assert (installed / "plugins" / "filter" / "cluster_address.py").is_file()
     assert not (installed / "pycli").exists() and not (installed / "tests").exists()
