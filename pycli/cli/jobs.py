@@ -1,5 +1,7 @@
-"""`pycli jobs`: Slurm's queue and the jobs it has accounted, asked on the launcher node; with
---attach, one job pycli submitted followed again (pycli.jobs.slurm_queue.attach)."""
+"""`pycli jobs`: Slurm's queue and the jobs it has accounted, asked on the launcher node, else on a
+controller or the next node that answers (pycli.cluster.slurm_state.ask_slurm; Slurm's clients
+reach a backup slurmctld themselves); with --attach, one job pycli submitted followed again
+(pycli.jobs.slurm_queue.attach)."""
 
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ import typer
 from pycli.cli.options import INVENTORY_ARGUMENT, INVENTORY_OPTION, JSON_OPTION
 from pycli.cluster.model import Cluster
 
-# Between the two answers of one SSH command.
+# Between the two answers of one SSH command; after them where sacct failed (slurmdbd not answering).
 _SPLIT = "@@pycli-sacct"
+_NO_ACCOUNTING = "@@pycli-no-accounting"
 
 
 def jobs_cmd(
@@ -30,7 +33,7 @@ def jobs_cmd(
 ) -> None:
     """List the cluster's Slurm queue (squeue) and its recent jobs (sacct): who, where, how long, how they ended."""
     from pycli.cli.options import load_inventory
-    from pycli.cluster.nodes import ssh_each
+    from pycli.cluster.slurm_state import ask_slurm
     from pycli.core.errors import BadInput, PycliError
     from pycli.core.json_documents import JOBS, versioned
     from pycli.jobs import slurm
@@ -42,16 +45,27 @@ def jobs_cmd(
         raise typer.Exit(_attach(cluster, attach))
     if not since.strip() or any(c.isspace() for c in since) or since.startswith("-"):
         raise BadInput(f"--since {since!r}: give one time as sacct -S takes it, e.g. now-1days or 2026-11-26T09:00")
-    host = cluster.launcher_host
-    command = f"{slurm.squeue_command()} && echo {_SPLIT} && {slurm.sacct_command(since=since)}"
-    answer = ssh_each([(host, command)], shared=True)[host.name]
-    if not answer.ok:
-        raise PycliError(f"asking Slurm on {host.name} failed: {answer.why()}")
-    queue_text, _, sacct_text = answer.stdout.partition(_SPLIT)
+    # The queue is slurmctld's (the primary's or the backup's); the ended jobs are slurmdbd's, on the
+    # primary alone: where it does not answer, the queue is shown and the ended jobs are not.
+    command = f"{slurm.squeue_command()} && echo {_SPLIT} && {{ {slurm.sacct_command(since=since)} || echo {_NO_ACCOUNTING}; }}"
+    try:
+        host, said = ask_slurm(cluster, command)
+    except PycliError as exc:
+        raise PycliError(f"asking Slurm failed: {exc}") from None
+    queue_text, _, sacct_text = said.partition(_SPLIT)
+    unaccounted = None
+    if _NO_ACCOUNTING in sacct_text:
+        unaccounted = (f"Slurm's accounting (slurmdbd, on {cluster.slurm_controller}) did not answer {host.name}: "
+                       "the queue is current; the jobs that ended are listed once it answers again "
+                       "(slurmctld keeps their records until then)")
+        sacct_text = ""
     queue, accounted = slurm.parse_squeue(queue_text), slurm.parse_sacct(sacct_text)
+    if unaccounted:
+        typer.echo(f"pycli: {unaccounted}", err=True)
     if as_json:
         print(json.dumps(versioned(JOBS, {"queue": [job.as_json() for job in queue],
-                                          "accounted": [job.as_json() for job in accounted]}), indent=2))
+                                          "accounted": [job.as_json() for job in accounted],
+                                          "accounting_error": unaccounted}), indent=2))
         return
     print(table(["QUEUE", "NAME", "USER", "STATE", "REASON", "NODES"],
                 [[j.job_id, j.name, j.user, j.state, j.reason, j.nodes or str(j.node_count)] for j in queue]))

@@ -132,14 +132,21 @@ class Cluster:
     inventory: Path | None = field(default=None, compare=False)
     # Hosts of the inventory that jobs leave out until they are undrained (`for_jobs`).
     drained: tuple[Drained, ...] = ()
-    # The host of group `slurm_controller` (slurmctld, slurmdbd): the inventory opts in to Slurm.
+    # The first host of group `slurm_controller` (slurmctld, slurmdbd): the inventory opts in to Slurm.
     slurm_controller: str | None = None
+    # The group's second host, where one is named: the backup slurmctld (SlurmctldHost's second line).
+    slurm_backup: str | None = None
     # The host of group `monitoring` (Prometheus, Alertmanager): the inventory opts in to monitoring.
     monitoring_host: str | None = None
 
     @property
     def has_slurm(self) -> bool:
         return self.slurm_controller is not None
+
+    @property
+    def slurm_controllers(self) -> tuple[str, ...]:
+        """Where slurmctld runs: the primary, then the backup where there is one."""
+        return tuple(name for name in (self.slurm_controller, self.slurm_backup) if name is not None)
 
     @property
     def name(self) -> str:
@@ -266,22 +273,27 @@ def launcher_problem(launcher: str | None, node_names: Sequence[str]) -> str | N
     )
 
 
-# What each opt-in group's host is called, where it runs what, and why it must be a node too.
+# What each opt-in group's host is called, where it runs what, why it must be a node too, and
+# how many hosts it may name: Slurm's controller may have a backup (the group's second host).
 _OPT_IN_HOSTS = {
     SLURM_CONTROLLER_GROUP: ("slurm controller", "where slurmctld and slurmdbd run", "it runs slurmd too"),
     MONITORING_GROUP: ("monitoring host", "where Prometheus and Alertmanager run", "it runs node-exporter too"),
 }
+_OPT_IN_AT_MOST = {SLURM_CONTROLLER_GROUP: (2, "one or two: the primary, where slurmctld and slurmdbd run, "
+                                               "then its backup, where a second slurmctld waits")}
 
 
 def opt_in_problem(group: str, names: Sequence[str], node_names: Sequence[str]) -> str | None:
-    """Why an opt-in group (slurm_controller, monitoring) cannot name its one host, or None when it can
+    """Why an opt-in group (slurm_controller, monitoring) cannot name its hosts, or None when it can
     (or is absent)."""
     called, where, why = _OPT_IN_HOSTS[group]
-    if len(names) > 1:
-        return f"group '{group}' names {len(names)} hosts ({_some_names(names)}); name exactly one, {where}"
-    if names and names[0] not in node_names:
-        return (f"{called} {names[0]!r} (group '{group}') is not in group '{NODES_GROUP}'; "
-                f"name one of the training hosts ({_some_names(node_names)}): {why}")
+    at_most, say = _OPT_IN_AT_MOST.get(group, (1, f"exactly one, {where}"))
+    if len(names) > at_most:
+        return f"group '{group}' names {len(names)} hosts ({_some_names(names)}); name {say}"
+    for name in names:
+        if name not in node_names:
+            return (f"{called} {name!r} (group '{group}') is not in group '{NODES_GROUP}'; "
+                    f"name one of the training hosts ({_some_names(node_names)}): {why}")
     return None
 
 
@@ -462,6 +474,7 @@ def load_cluster(path: Path | str) -> Cluster:
     settings = {var: host_vars[launcher][var] for var in SETTINGS_VARS if host_vars[launcher].get(var) not in (None, "")}
     return Cluster(hosts=tuple(hosts), launcher=launcher, settings=settings, inventory=path,
                    slurm_controller=next(iter(opt_in[SLURM_CONTROLLER_GROUP]), None),
+                   slurm_backup=next(iter(opt_in[SLURM_CONTROLLER_GROUP][1:]), None),
                    monitoring_host=next(iter(opt_in[MONITORING_GROUP]), None))
 
 

@@ -1,8 +1,9 @@
 """Slurm's view of the cluster's nodes, asked over SSH, for every command that needs it (train,
 check, bench, drain, undrain, provision, top) without going through the jobs' side: the nodes'
 states and reasons (sinfo), and pycli's drains and resumes set in Slurm. Command lines and
-parsers: pycli.cluster.slurm_nodes. Slurm's client tools answer on any node: Slurm is asked on
-the launcher node, else on the controller or the next node that answers (ask_slurm).
+parsers: pycli.cluster.slurm_nodes. Slurm's client tools answer on any node, and reach the backup
+slurmctld where the primary does not answer (both are in every node's slurm.conf): Slurm is asked,
+and told, on the launcher node, else on a controller or the next node that answers (ask_slurm).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ def ask_slurm(cluster: Cluster, command: str) -> tuple[Host, str]:
     """`command` (Slurm's client tools) on the launcher node, else, where SSH cannot reach it, on the
     controller or the next node that answers: the node that answered and what it printed. A
     failure of Slurm's own (slurmctld down) would be the same on every node: raised at once."""
-    first = [cluster.launcher, cluster.slurm_controller]
+    first = [cluster.launcher, *cluster.slurm_controllers]
     order = sorted(cluster.hosts, key=lambda host: first.index(host.name) if host.name in first else len(first))
     lost: list[str] = []
     for host in order:
@@ -51,14 +52,9 @@ def unavailable_lines(cluster: Cluster) -> list[str]:
             for node in slurm_nodes.unavailable(states, [host.name for host in cluster.hosts])]
 
 
-def _controller(cluster: Cluster) -> Host:
-    assert cluster.slurm_controller is not None
-    return next(host for host in cluster.hosts if host.name == cluster.slurm_controller)
-
-
 def set_drained(cluster: Cluster, reasons: dict[str, str], say: Callable[[str], None],
                 said: str = "running jobs finish; no new job starts there", keep_slurms: bool = False) -> None:
-    """Slurm's DRAIN, with each node's reason, set on the controller; a failure is said, not raised
+    """Slurm's DRAIN, with each node's reason, set through a node that answers (ask_slurm); a failure is said, not raised
     (pycli's own list is changed already and every pycli command honours it). `keep_slurms`: a
     node Slurm has drained already keeps Slurm's reason (an administrator's, the health check's)."""
     if not cluster.has_slurm or not reasons:
@@ -74,16 +70,16 @@ def set_drained(cluster: Cluster, reasons: dict[str, str], say: Callable[[str], 
         reasons = {node: reason for node, reason in reasons.items() if node not in kept}
         if not reasons:
             return
-    controller = _controller(cluster)
     by_reason: dict[str, list[str]] = {}
     for node, reason in reasons.items():
         by_reason.setdefault(reason, []).append(node)
     command = " && ".join(slurm_nodes.drain_command(nodes, reason) for reason, nodes in by_reason.items())
-    answer = ssh_each([(controller, command)], shared=True)[controller.name]
-    if answer.ok:
-        say(f"Slurm: {', '.join(reasons)} DRAIN ({said})")
+    try:
+        ask_slurm(cluster, command)
+    except PycliError as exc:
+        say(f"pycli: Slurm did not drain {', '.join(reasons)} ({exc}); run '{command}' on {cluster.slurm_controller}")
     else:
-        say(f"pycli: Slurm did not drain {', '.join(reasons)} ({answer.why()}); run '{command}' on {controller.name}")
+        say(f"Slurm: {', '.join(reasons)} DRAIN ({said})")
 
 
 # The reasons pycli's node gate gives Slurm (pycli_node.node_gate: health check, prolog, epilog).
@@ -93,7 +89,7 @@ NODE_GATE_REASONS = ("pycli health: ", "pycli prolog: ", "pycli epilog: ")
 def set_resumed(cluster: Cluster, nodes: list[str], say: Callable[[str], None], ours: Mapping[str, str] | None = None,
                 force: bool = False) -> list[str]:
     """Slurm's RESUME for those of `nodes` Slurm has drained for one of pycli's reasons (`ours`:
-    pycli's drained list's, by node; or its node gate's), set on the controller, each with the
+    pycli's drained list's, by node; or its node gate's), set through a node that answers, each with the
     reason it had; with `force`, whatever the reason. Returns the nodes left drained because
     their reason is someone else's (an administrator's "do not resume"); a failure is said, not raised."""
     if not cluster.has_slurm or not nodes:
@@ -113,12 +109,12 @@ def set_resumed(cluster: Cluster, nodes: list[str], say: Callable[[str], None], 
     resumed = [node for node in drained if node not in theirs]
     if not resumed:
         return theirs
-    controller = _controller(cluster)
-    answer = ssh_each([(controller, slurm_nodes.resume_command(resumed))], shared=True)[controller.name]
-    if answer.ok:
+    try:
+        ask_slurm(cluster, slurm_nodes.resume_command(resumed))
+    except PycliError as exc:
+        say(f"pycli: Slurm did not resume {', '.join(resumed)} ({exc}); run "
+            f"'{slurm_nodes.resume_command(resumed)}' on {cluster.slurm_controller}")
+    else:
         was = "; ".join(f"{node}: {slurm_nodes.printable(drained[node])}" for node in resumed)
         say(f"Slurm: {', '.join(resumed)} RESUME (jobs start there again; drained for {was})")
-    else:
-        say(f"pycli: Slurm did not resume {', '.join(resumed)} ({answer.why()}); run "
-            f"'{slurm_nodes.resume_command(resumed)}' on {controller.name}")
     return theirs

@@ -299,13 +299,16 @@ class _Roll:
             time.sleep(self.rolling.poll_s)
 
     def controller_first(self) -> None:
-        """Slurm's daemons on the controller before any node: slurmdbd, then slurmctld (the role's
-        handlers' order); jobs survive both restarts, so nothing is drained for it."""
-        controller = self.cluster.slurm_controller
-        self.say(f"Slurm's daemons on the controller {controller} first (jobs survive their restart)")
-        code = provision(self.cluster, replace(self.request, limit=controller, tags="slurm"), self.console)
+        """Slurm's daemons on the controllers before any node: slurmdbd, then slurmctld on the
+        primary and its backup (the role's handlers' order); jobs survive both restarts, so nothing
+        is drained for it."""
+        controllers = ", ".join(self.cluster.slurm_controllers)
+        what = "controllers" if self.cluster.slurm_backup else "controller"
+        self.say(f"Slurm's daemons on the {what} {controllers} first (jobs survive their restart)")
+        code = provision(self.cluster, replace(self.request, limit=",".join(self.cluster.slurm_controllers), tags="slurm"),
+                         self.console)
         if code != EXIT_OK:
-            raise _Stop(code, f"the slurm role failed on the controller {controller}: no node was changed")
+            raise _Stop(code, f"the slurm role failed on the {what} {controllers}: no node was changed")
 
     def batch(self, index: int, count: int, batch: Sequence[str]) -> None:
         reason = f"{ROLLING_REASON}: batch {index} of {count}"

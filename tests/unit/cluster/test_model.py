@@ -75,6 +75,14 @@ def test_defaults_first_node_launches_one_slot_port_22_current_user(tmp_path):
     assert cluster.hosts[0].login_user  # whoever runs the tests
 
 
+def test_slurm_controller_group_names_the_primary_then_its_backup(tmp_path):
+    one = load_cluster(write(tmp_path, "one", "[nodes]\na\nb\nc\n[slurm_controller]\nb\n"))
+    assert (one.slurm_controller, one.slurm_backup, one.slurm_controllers) == ("b", None, ("b",))
+    two = load_cluster(write(tmp_path, "two", "[nodes]\na\nb\nc\n[slurm_controller]\nc\na\n"))
+    assert (two.slurm_controller, two.slurm_backup, two.slurm_controllers) == ("c", "a", ("c", "a"))
+    assert not load_cluster(write(tmp_path, "none", "[nodes]\na\n")).slurm_controllers
+
+
 def test_yaml_inventory(tmp_path):
     inventory = write(tmp_path, "hosts.yml", """
         all:
@@ -214,9 +222,14 @@ ERRORS = {
         "hosts.ini", "[nodes]\na\nb\n[slurm_controller]\nz\n",
         ["slurm controller 'z' (group 'slurm_controller') is not in group 'nodes'", "(a, b)"],
     ),
-    "two slurm controllers": (
-        "hosts.ini", "[nodes]\na\nb\n[slurm_controller]\na\nb\n",
-        ["group 'slurm_controller' names 2 hosts (a, b); name exactly one"],
+    "three slurm controllers": (
+        "hosts.ini", "[nodes]\na\nb\nc\n[slurm_controller]\na\nb\nc\n",
+        ["group 'slurm_controller' names 3 hosts (a, b, c); name one or two: the primary, where slurmctld and slurmdbd run, "
+         "then its backup"],
+    ),
+    "a backup slurm controller outside nodes": (
+        "hosts.ini", "[nodes]\na\nb\n[slurm_controller]\na\nz\n",
+        ["slurm controller 'z' (group 'slurm_controller') is not in group 'nodes'"],
     ),
     "monitoring host outside nodes": (
         "hosts.ini", "[nodes]\na\nb\n[monitoring]\nz\n",

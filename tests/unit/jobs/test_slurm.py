@@ -577,6 +577,28 @@ def test_drained_again_after_provisioning_a_node_keeps_the_reason_slurm_has(monk
     assert asked[-1].startswith("scontrol update nodename=node4 state=drain") and "node1" not in asked[-1]
 
 
+def test_a_drain_goes_through_the_backup_controller_when_the_primary_host_does_not_answer(monkeypatch):
+    from pycli.cluster import slurm_state
+    from pycli.cluster.model import Cluster, Host
+    from pycli.cluster.nodes import NodeOutput
+
+    hosts = tuple(Host(f"node{i}", f"10.0.0.{i}") for i in (1, 2, 3))
+    cluster = Cluster(hosts=hosts, launcher="node1", slurm_controller="node1", slurm_backup="node3")
+    asked: list[tuple[str, str]] = []
+
+    def ssh_each(commands, timeout_s=0, shared=False):
+        asked.extend((host.name, command) for host, command in commands)
+        return {host.name: NodeOutput(host.name, 255 if host.name == "node1" else 0, "") for host, _ in commands}
+
+    monkeypatch.setattr(slurm_state, "ssh_each", ssh_each)
+    said: list[str] = []
+    slurm_state.set_drained(cluster, {"node2": "PSU swap"}, said.append)
+    # The launcher and primary first, then the backup controller before any other node.
+    assert [host for host, _ in asked] == ["node1", "node3"]
+    assert asked[-1][1].startswith("scontrol update nodename=node2 state=drain")
+    assert said == ["Slurm: node2 DRAIN (running jobs finish; no new job starts there)"]
+
+
 def test_what_squeue_warns_on_stderr_beside_an_answer_is_not_taken_for_the_state(tmp_path, monkeypatch):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
