@@ -100,6 +100,32 @@ def test_a_node_this_run_did_not_reach_keeps_its_line_and_its_place_in_the_parti
     assert "PartitionName=batch Nodes=gpu1,gpu2 Default=YES MaxTime=INFINITE State=UP" in conf
 
 
+def test_a_backup_controller_is_the_second_slurmctld_host_sharing_the_state_folder_with_the_inventorys_timeout():
+    cluster = _gpu_cluster()
+    groups = {"nodes": ["gpu1", "gpu2"], "slurm_controller": ["gpu1", "gpu2"]}
+    conf = _render("slurm.conf.j2", "gpu1", cluster, groups=groups, slurm_state_save_location="/shared/slurm",
+                   slurm_ctld_timeout=15).splitlines()
+    assert [line for line in conf if line.startswith("SlurmctldHost=")] == ["SlurmctldHost=gpu1(10.0.0.1)",
+                                                                            "SlurmctldHost=gpu2(10.0.0.2)"]
+    assert "StateSaveLocation=/shared/slurm" in conf and "SlurmctldTimeout=15" in conf
+    # Accounting stays with the primary's slurmdbd.
+    assert "AccountingStorageHost=10.0.0.1" in conf
+    # One controller: no timeout line, the state where Debian's package keeps it.
+    single = _render("slurm.conf.j2", "gpu1", cluster).splitlines()
+    assert [line for line in single if line.startswith("SlurmctldHost=")] == ["SlurmctldHost=gpu1(10.0.0.1)"]
+    assert "StateSaveLocation=/var/lib/slurm/slurmctld" in single and not any(
+        line.startswith("SlurmctldTimeout=") for line in single)
+
+
+def test_a_backup_controller_this_run_did_not_reach_keeps_its_line():
+    cluster = _gpu_cluster()
+    groups = {"nodes": ["gpu1", "gpu2"], "slurm_controller": ["gpu1", "gpu2"]}
+    before = ["SlurmctldHost=gpu1(10.0.0.1)", "SlurmctldHost=gpu2-old(10.0.0.22)"]
+    conf = _render("slurm.conf.j2", "gpu1", cluster, groups=groups, ansible_play_hosts=["gpu1"],
+                   __slurm_ctld_lines_before=before, __slurm_lines_before={}).splitlines()
+    assert [line for line in conf if line.startswith("SlurmctldHost=")] == before
+
+
 def test_the_node_lines_of_a_slurm_conf_are_read_back_by_node():
     import importlib.util
 
