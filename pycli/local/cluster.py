@@ -34,6 +34,7 @@ from pycli.local.image import ImageSpec, ensure_image
 from pycli.local.plan import (
     INVENTORY_MARKER,
     LOCAL_NODE_SLOTS,
+    SHARED_DIR,
     ClusterPlan,
     NodePlan,
     check_inventory_owner,
@@ -47,6 +48,7 @@ from pycli.local.plan import (
     pick_subnet,
     plan_cluster,
     render_local_inventory,
+    shared_volume_name,
     validate_name,
     validate_node_count,
     validate_slots,
@@ -237,6 +239,12 @@ def _up(name: str, count: int, slots: int, asked_subnet: ipaddress.IPv4Network |
         raise BadInput(f"docker network {network_name(name)} already exists; remove it or choose another --name")
     except NotFound:
         pass
+    try:  # a volume left there would bring its files (a Slurm state, say) into the new cluster
+        client.volumes.get(shared_volume_name(name))
+        raise BadInput(f"docker volume {shared_volume_name(name)} already exists; remove it "
+                       f"('pycli cluster down --name {name}' does) or choose another --name")
+    except NotFound:
+        pass
     if asked_subnet:
         chosen = asked_subnet
         if any(chosen.overlaps(other) for other in _taken_subnets(client)):
@@ -277,7 +285,9 @@ def _create(client: docker.DockerClient, plan: ClusterPlan, tag: str, secrets: P
         ipam=docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=str(plan.subnet), gateway=gateway)]),
         labels=labels,
     )
-    say(f"network {plan.network} ({plan.subnet}); starting {len(plan.nodes)} nodes from {tag}")
+    shared = client.volumes.create(name=shared_volume_name(plan.name), labels=labels).name
+    say(f"network {plan.network} ({plan.subnet}), shared volume {shared} at {SHARED_DIR}; "
+        f"starting {len(plan.nodes)} nodes from {tag}")
     containers: list[tuple[NodePlan, Container]] = []
     for node in plan.nodes:
         host_config = client.api.create_host_config(
@@ -294,8 +304,9 @@ def _create(client: docker.DockerClient, plan: ClusterPlan, tag: str, secrets: P
             # 195:*: Slurm denies a job the others one by one, which cgroup v1 cannot take out of a wildcard.
             device_cgroup_rules=[f"c {NVIDIA_MAJOR}:{minor} rwm" for minor in range(STANDIN_GPUS_AT_MOST)],
             tmpfs={"/run": "", "/run/lock": ""},
-            # Docker inside a node needs a non-overlay /var/lib/docker.
-            mounts=[docker.types.Mount(target="/var/lib/docker", source=None, type="volume")],
+            # Docker inside a node needs a non-overlay /var/lib/docker; SHARED_DIR is the cluster's one volume.
+            mounts=[docker.types.Mount(target="/var/lib/docker", source=None, type="volume"),
+                    docker.types.Mount(target=SHARED_DIR, source=shared, type="volume")],
         )
         networking = client.api.create_networking_config(
             {plan.network: client.api.create_endpoint_config(ipv4_address=node.address, aliases=[node.hostname])}
@@ -355,6 +366,9 @@ def _remove(client: docker.DockerClient, name: str, inventory: Path | None, secr
     for net in client.networks.list(filters={"label": f"{LABEL_CLUSTER}={name}"}):
         with contextlib.suppress(NotFound, APIError):
             net.remove()
+    for volume in client.volumes.list(filters={"label": f"{LABEL_CLUSTER}={name}"}):  # SHARED_DIR's
+        with contextlib.suppress(NotFound, APIError):
+            volume.remove(force=True)
     text = _read_if_there(inventory) if inventory else None
     if inventory and text and INVENTORY_MARKER in text and inventory_owner(text) == name:
         inventory.unlink()

@@ -128,6 +128,16 @@ def network_name(name: str) -> str:
     return f"pycli-{name}"
 
 
+# A folder every node of a local cluster mounts, one Docker volume, as a real cluster's nodes mount
+# one NFS share: where a backup Slurm controller's state goes (slurm_state_save_location), say.
+SHARED_DIR = "/srv/shared"
+
+
+def shared_volume_name(name: str) -> str:
+    """The Docker volume behind SHARED_DIR on every node of local cluster `name`."""
+    return f"pycli-{name}-shared"
+
+
 def container_name(name: str, hostname: str) -> str:
     """The Docker container of node `hostname` of local cluster `name`."""
     return f"pycli-{name}-{hostname}"
@@ -230,6 +240,8 @@ LOCAL_BED_VARS: dict[str, object] = {
     "slurm_slurmd_parameters": ["config_overrides"],
     # Slurm's health check every 20 s rather than 5 min: a planted fault drains a node within a test.
     "slurm_health_check_interval": 20,
+    # A backup slurmctld (a second host in group slurm_controller) takes over after 10 s, not 120.
+    "slurm_ctld_timeout": 10,
 }
 LOCAL_BED_COMMENTS = {
     "openmpi_version": "Test bed: Open MPI from Debian's mirror (see pycli/local/plan.py for the checksum's source).",
@@ -250,6 +262,8 @@ LOCAL_BED_COMMENTS = {
                             "no core confinement, the nodes' slots being more than the machine's cores."),
     "slurm_extra_config": "Test bed: a job that names no memory gets 2 GiB per CPU, not the whole node's.",
     "slurm_health_check_interval": "Test bed: Slurm's health check (pycli's node gate) every 20 s, not 5 min.",
+    "slurm_ctld_timeout": ("Test bed: a backup Slurm controller takes over after 10 s without the primary, not 120; "
+                           f"its state folder, slurm_state_save_location, goes under {SHARED_DIR}, which every node shares."),
 }
 
 
@@ -277,6 +291,7 @@ def render_local_inventory(plan: ClusterPlan, key: Path, known_hosts: Path, ca_b
             f"'pycli cluster down --name {plan.name}' removes the nodes and this file.",
             "Ansible reaches the nodes over real SSH as root with this cluster's own key; the",
             "host keys were read from each node through the Docker API and are always checked.",
+            f"Every node mounts one shared folder at {SHARED_DIR} (a Docker volume), as NFS would.",
         ],
         group_vars={
             "ansible_user": "root",

@@ -68,7 +68,7 @@ def test_up_refuses_another_clusters_inventory_before_reaching_docker(tmp_path):
 
 
 class _NoContainers:
-    """A Docker client with no containers and no networks."""
+    """A Docker client with no containers, networks or volumes."""
 
     class containers:  # noqa: N801
         @staticmethod
@@ -76,6 +76,11 @@ class _NoContainers:
             return []
 
     class networks:  # noqa: N801
+        @staticmethod
+        def list(**_):
+            return []
+
+    class volumes:  # noqa: N801
         @staticmethod
         def list(**_):
             return []
