@@ -48,6 +48,15 @@ def _sbatch_once_it_answers(node: str, what: str, timeout_s: float) -> str:
     return answer[1].strip()
 
 
+def _running(command: str) -> str:
+    """A job of `command` on node2, submitted on node1, once it runs; its id."""
+    code, job_id = _sbatch("node1", "--wrap", command)
+    assert code == 0, job_id
+    job_id = job_id.strip()
+    _wait(f"job {job_id} RUNNING", lambda: _job_state(job_id) == "RUNNING", 60)
+    return job_id
+
+
 def _job_state(job_id: str) -> str:
     code, out = node_run("node1", "scontrol", "-o", "show", "job", job_id)
     found = re.search(r"\bJobState=(\S+)", out)
@@ -82,10 +91,7 @@ def test_a_backup_controller_takes_over_under_a_running_job_and_the_primary_take
         _provision(single)  # one controller, its state in the default folder, as test_slurm.py leaves it
 
     # A job runs while the backup comes and the state moves onto the shared folder: it goes on.
-    code, moved = _sbatch("node1", "--wrap", "sleep 45")
-    assert code == 0, moved
-    moved = moved.strip()
-    _wait(f"job {moved} RUNNING", lambda: _job_state(moved) == "RUNNING", 60)
+    moved = _running("sleep 45")
     _provision(backup)
     conf = node_run("node2", "cat", "/etc/slurm/slurm.conf")[1]
     assert re.findall(r"^SlurmctldHost=(\w+)\(", conf, re.M) == ["node1", "node2"], conf
@@ -96,10 +102,7 @@ def test_a_backup_controller_takes_over_under_a_running_job_and_the_primary_take
     code, old = node_run("node1", "sh", "-c", f"ls -A {DEFAULT_STATE}; ls {STATE}")
     assert code == 0 and re.search(r"^\.moved-\d{8}-\d{6}$", old, re.M) and "job_state" in old, old
     # A job that starts now knows both controllers (its slurmstepd reads slurm.conf as it starts).
-    code, job = _sbatch("node1", "--wrap", "sleep 40")
-    assert code == 0, job
-    job = job.strip()
-    _wait(f"job {job} RUNNING", lambda: _job_state(job) == "RUNNING", 60)
+    job = _running("sleep 40")
 
     # The primary's daemons stop (slurmctld and slurmdbd): the backup takes over within the timeout.
     stopped = time.monotonic()
@@ -136,10 +139,7 @@ def test_a_backup_controller_takes_over_under_a_running_job_and_the_primary_take
     assert code == 0 and runs.split() == [f"{moved}|COMPLETED", f"{job}|COMPLETED"], runs  # each ran once
 
     # Back to one controller, under a running job: the state moves back, node2's slurmctld stops for good.
-    code, last = _sbatch("node1", "--wrap", "sleep 30")
-    assert code == 0, last
-    last = last.strip()
-    _wait(f"job {last} RUNNING", lambda: _job_state(last) == "RUNNING", 60)
+    last = _running("sleep 30")
     _provision(single)
     conf = node_run("node1", "cat", "/etc/slurm/slurm.conf")[1]
     assert re.findall(r"^SlurmctldHost=(\w+)\(", conf, re.M) == ["node1"] and "SlurmctldTimeout" not in conf, conf
