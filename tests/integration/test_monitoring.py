@@ -102,7 +102,7 @@ def test_prometheus_scrapes_both_nodes_and_a_second_run_changes_nothing(monitore
     while (targets := {(r["metric"]["job"], r["metric"]["node"]): r["value"][1]
                        for r in prometheus(monitored, "up")}) != all_up and time.monotonic() < deadline:
         time.sleep(1)
-    assert targets == all_up, targets
+    assert targets == all_up, f"{targets}{_alertmanager_said() if targets.get(('alertmanager', 'node1')) != '1' else ''}"
     memory = {r["metric"]["node"]: float(r["value"][1]) for r in prometheus(monitored, "node_memory_MemTotal_bytes")}
     assert set(memory) == {"node1", "node2"} and all(value > 0 for value in memory.values())
     expected = {r["metric"]["node"]: r["value"][1] for r in prometheus(monitored, "pycli_node_gpus_expected")}
@@ -167,6 +167,14 @@ def test_a_stopped_exporter_reaches_the_webhook_as_node_down_naming_the_node(mon
     _wait_for_alert("NodeDown", "resolved", "node2", timeout=120)
 
 
+def _alertmanager_said() -> str:
+    """Alertmanager's unit on node1 as systemd has it, and its last lines: for a failure's message
+    (make test once found its target down and no alert at the webhook, and nothing said why)."""
+    code, out = node_run("node1", "sh", "-c", "systemctl status --no-pager prometheus-alertmanager; "
+                                              "journalctl --no-pager -n 40 -u prometheus-alertmanager")
+    return f"\nAlertmanager on node1 (exit {code}):\n{out[-4000:]}"
+
+
 def _wait_for_alert(name: str, status: str, node: str, timeout: float) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -177,4 +185,5 @@ def _wait_for_alert(name: str, status: str, node: str, timeout: float) -> dict:
                 if (labels.get("alertname"), labels.get("node"), alert["status"]) == (name, node, status):
                     return alert
         time.sleep(1)
-    raise AssertionError(f"no {status} {name} for {node} reached the webhook in {timeout:.0f} s:\n{out[-3000:]}")
+    raise AssertionError(f"no {status} {name} for {node} reached the webhook in {timeout:.0f} s:\n{out[-3000:]}"
+                         + _alertmanager_said())
